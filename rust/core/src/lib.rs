@@ -1,0 +1,23 @@
+//! epochplan-core: which sample every rank of a data-parallel job sees at every
+//! optimizer step, as plain deterministic integer functions.
+//!
+//! - [`cipher`]: a keyed O(1) bijection of `[0, n)` for any `n < 2^63`.
+//! - [`shuffle`]: an exactly uniform permutation (parallel scatter shuffle).
+//! - [`chunked`]: an I/O-local order for chunked storage.
+//! - [`order`]: the order of an epoch, by kind.
+//! - [`split`]: dealing positions to ranks.
+//! - [`plan`]: exact, equal-step, weighted, elastic epoch plans.
+#![forbid(unsafe_code)]
+
+pub mod chunked;
+pub mod cipher;
+pub mod error;
+pub mod keys;
+pub mod order;
+pub mod parallel;
+pub mod shuffle;
+pub mod split;
+
+pub use error::{Error, Result};
+pub use keys::FORMAT_VERSION;
+pub use order::{Kind, Order, MAX_SAMPLES};

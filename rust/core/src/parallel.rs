@@ -1,0 +1,104 @@
+//! The thread pool, made safe to use again after `fork()`.
+//!
+//! DataLoader workers fork after the parent has used the library. A rayon pool
+//! inherited through `fork()` has lost its threads, and waiting on it would
+//! hang forever, so the pool remembers the process that built it and a forked
+//! child builds its own. Work is split into fixed-size pieces whose results do
+//! not depend on which thread runs them: output is identical for any thread
+//! count.
+
+use rayon::prelude::*;
+use std::sync::{Arc, Mutex};
+
+struct PoolSlot {
+    pid: u32,
+    threads: usize,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+static POOL: Mutex<Option<PoolSlot>> = Mutex::new(None);
+static REQUESTED: Mutex<usize> = Mutex::new(0);
+
+/// Elements per parallel piece; below this a call stays on the caller's thread.
+pub const PIECE: usize = 1 << 16;
+
+fn default_threads() -> usize {
+    std::env::var("EPOCHPLAN_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The number of threads parallel calls use.
+pub fn num_threads() -> usize {
+    let requested = *REQUESTED.lock().unwrap_or_else(|e| e.into_inner());
+    if requested > 0 {
+        requested
+    } else {
+        default_threads()
+    }
+}
+
+/// Sets the number of threads (0 restores the default: `EPOCHPLAN_NUM_THREADS`
+/// or the number of available cores).
+pub fn set_num_threads(n: usize) {
+    *REQUESTED.lock().unwrap_or_else(|e| e.into_inner()) = n;
+}
+
+fn pool() -> Arc<rayon::ThreadPool> {
+    let threads = num_threads();
+    let pid = std::process::id();
+    let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = slot.as_ref() {
+        if s.pid == pid && s.threads == threads {
+            return Arc::clone(&s.pool);
+        }
+    }
+    if let Some(old) = slot.take() {
+        if old.pid != pid {
+            // Inherited through fork(): its threads do not exist here, so it
+            // must never be joined or dropped. Leak it.
+            std::mem::forget(old);
+        }
+    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("epochplan-{i}"))
+            .build()
+            .unwrap_or_else(|_| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(1)
+                    .build()
+                    .expect("a one-thread pool can always be built")
+            }),
+    );
+    *slot = Some(PoolSlot {
+        pid,
+        threads,
+        pool: Arc::clone(&pool),
+    });
+    pool
+}
+
+/// Runs `f` on every `piece`-sized chunk of `data`, in parallel when there is
+/// more than one chunk and more than one thread. `f` gets the chunk's offset.
+pub fn for_each_piece<T: Send>(data: &mut [T], piece: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    if data.len() <= piece || num_threads() == 1 {
+        for (i, chunk) in data.chunks_mut(piece.max(1)).enumerate() {
+            f(i * piece, chunk);
+        }
+        return;
+    }
+    pool().install(|| {
+        data.par_chunks_mut(piece)
+            .enumerate()
+            .for_each(|(i, chunk)| f(i * piece, chunk));
+    });
+}
+
+/// Runs `f` inside the pool (for callers that use rayon iterators directly).
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    pool().install(f)
+}

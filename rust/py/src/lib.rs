@@ -1,0 +1,21 @@
+//! The Python bindings of epochplan-core: argument checks, the GIL released
+//! around every long computation, and int64 arrays handed to numpy without a
+//! copy. Nothing here computes an order or a plan itself.
+
+mod args;
+mod errors;
+mod permutation;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("FORMAT_VERSION", epochplan_core::FORMAT_VERSION)?;
+    m.add("MAX_SAMPLES", epochplan_core::MAX_SAMPLES)?;
+    m.add_class::<permutation::Permutation>()?;
+    m.add_function(wrap_pyfunction!(permutation::permutation, m)?)?;
+    m.add_function(wrap_pyfunction!(permutation::split_range, m)?)?;
+    m.add_function(wrap_pyfunction!(permutation::set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(permutation::get_num_threads, m)?)?;
+    Ok(())
+}
