@@ -17,6 +17,7 @@ pub mod order;
 pub mod parallel;
 pub mod shuffle;
 pub mod split;
+pub mod streaming;
 
 pub use error::{Error, Result};
 pub use keys::FORMAT_VERSION;

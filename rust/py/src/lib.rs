@@ -5,6 +5,8 @@
 mod args;
 mod errors;
 mod permutation;
+mod streaming_partition;
+mod streaming_shuffle;
 
 use pyo3::prelude::*;
 
@@ -17,5 +19,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(permutation::split_range, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::get_num_threads, m)?)?;
+    streaming_partition::register(m)?;
+    streaming_shuffle::register(m)?;
     Ok(())
 }

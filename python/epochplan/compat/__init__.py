@@ -1,0 +1,1 @@
+"""Bit-exact, faster drop-ins for other libraries' sample orders."""

@@ -1,0 +1,8 @@
+//! Bindings of Streaming's partitions (to be written).
+
+use pyo3::prelude::*;
+
+/// Adds this module's functions to `_native`.
+pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}
