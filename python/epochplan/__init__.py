@@ -9,20 +9,28 @@ resumable, computed in Rust.
 from epochplan._native import (
     FORMAT_VERSION,
     MAX_SAMPLES,
+    EpochPlan,
+    MicroBatches,
     Permutation,
     get_num_threads,
     permutation,
     set_num_threads,
 )
 from epochplan._split import split
+from epochplan._types import MicroBatch
+from epochplan._workers import worker_shard
 
 __all__ = [
     "FORMAT_VERSION",
     "MAX_SAMPLES",
+    "EpochPlan",
+    "MicroBatch",
+    "MicroBatches",
     "Permutation",
     "get_num_threads",
     "permutation",
     "set_num_threads",
     "split",
+    "worker_shard",
 ]
 __version__ = "0.1.0"

@@ -30,7 +30,7 @@ def split(
     if isinstance(num_samples_or_array, (int, np.integer)) and not isinstance(
         num_samples_or_array, bool
     ):
-        start, stop, step = _native.split_range(num_samples_or_array, world_size, rank, mode)
+        start, stop, step = _native.split_range(int(num_samples_or_array), world_size, rank, mode)
         return np.arange(start, stop, step, dtype=np.int64)
     if isinstance(num_samples_or_array, (bool, float, str)):
         raise TypeError(

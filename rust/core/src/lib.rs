@@ -15,6 +15,7 @@ pub mod error;
 pub mod keys;
 pub mod order;
 pub mod parallel;
+pub mod plan;
 pub mod shuffle;
 pub mod split;
 pub mod streaming;

@@ -5,6 +5,7 @@
 mod args;
 mod errors;
 mod permutation;
+mod plan;
 mod streaming_partition;
 mod streaming_shuffle;
 
@@ -15,6 +16,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FORMAT_VERSION", epochplan_core::FORMAT_VERSION)?;
     m.add("MAX_SAMPLES", epochplan_core::MAX_SAMPLES)?;
     m.add_class::<permutation::Permutation>()?;
+    m.add_class::<plan::EpochPlan>()?;
+    m.add_class::<plan::MicroBatches>()?;
     m.add_function(wrap_pyfunction!(permutation::permutation, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::split_range, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::set_num_threads, m)?)?;

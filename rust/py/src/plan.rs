@@ -1,0 +1,460 @@
+//! `EpochPlan` and its micro-batch iterator.
+
+use crate::args::{int_arg, opt_int_arg, MAX_I64, MAX_U64};
+use crate::errors::IntoPyResult;
+use crate::permutation::{kind_arg, kind_params};
+use epochplan_core::plan::Plan;
+use epochplan_core::{Order, FORMAT_VERSION};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
+
+/// The keys of a state dict, in order.
+const STATE_KEYS: [&str; 10] = [
+    "format_version",
+    "num_samples",
+    "global_batch_size",
+    "seed",
+    "epoch",
+    "kind",
+    "chunk_size",
+    "preload_nchunks",
+    "drop_last",
+    "cursor",
+];
+
+fn bool_arg(obj: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<bool> {
+    match obj {
+        None => Ok(false),
+        Some(o) if o.is_instance_of::<PyBool>() => o.extract(),
+        Some(o) => Err(PyTypeError::new_err(format!(
+            "{name} must be a bool, got {}",
+            o.get_type().name()?
+        ))),
+    }
+}
+
+/// An epoch cut into global steps and dealt to ranks: exact, equal-step,
+/// weighted, elastic and resumable.
+#[pyclass(module = "epochplan._native", frozen)]
+#[derive(Debug)]
+pub struct EpochPlan {
+    plan: Plan,
+    seed: u64,
+    epoch: u64,
+}
+
+#[pymethods]
+impl EpochPlan {
+    #[new]
+    #[pyo3(signature = (num_samples, global_batch_size, *, seed = None, epoch = None, kind = None,
+                        drop_last = None, cursor = None, chunk_size = None, preload_nchunks = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        num_samples: &Bound<'_, PyAny>,
+        global_batch_size: &Bound<'_, PyAny>,
+        seed: Option<&Bound<'_, PyAny>>,
+        epoch: Option<&Bound<'_, PyAny>>,
+        kind: Option<&Bound<'_, PyAny>>,
+        drop_last: Option<&Bound<'_, PyAny>>,
+        cursor: Option<&Bound<'_, PyAny>>,
+        chunk_size: Option<&Bound<'_, PyAny>>,
+        preload_nchunks: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
+        let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
+        let seed = opt_int_arg(seed, "seed", 0, MAX_U64)?.unwrap_or(0);
+        let epoch = opt_int_arg(epoch, "epoch", 0, MAX_U64)?.unwrap_or(0);
+        let kind = match kind {
+            Some(k) if !k.is_none() => kind_arg(k, chunk_size, preload_nchunks)?,
+            _ => kind_arg(
+                &PyString::new(py, "cipher").into_any(),
+                chunk_size,
+                preload_nchunks,
+            )?,
+        };
+        let drop_last = bool_arg(drop_last, "drop_last")?;
+        let cursor = opt_int_arg(cursor, "cursor", 0, MAX_I64)?.unwrap_or(0);
+        let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
+        let plan = Plan::new(order, g, drop_last, cursor).py()?;
+        Ok(Self { plan, seed, epoch })
+    }
+
+    /// Samples in the epoch.
+    #[getter]
+    fn num_samples(&self) -> u64 {
+        self.plan.num_samples()
+    }
+
+    /// Samples per optimizer step over all ranks.
+    #[getter]
+    fn global_batch_size(&self) -> u64 {
+        self.plan.global_batch_size()
+    }
+
+    /// The seed of the epoch's order.
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The epoch.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The kind of order.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.plan.kind().name()
+    }
+
+    /// Samples per chunk (kind="chunked"), else None.
+    #[getter]
+    fn chunk_size(&self) -> Option<u64> {
+        kind_params(self.plan.kind()).0
+    }
+
+    /// Chunks per shuffle window (kind="chunked"), else None.
+    #[getter]
+    fn preload_nchunks(&self) -> Option<u64> {
+        kind_params(self.plan.kind()).1
+    }
+
+    /// Whether the short last step is dropped.
+    #[getter]
+    fn drop_last(&self) -> bool {
+        self.plan.drop_last()
+    }
+
+    /// Samples consumed before this plan starts (a step boundary).
+    #[getter]
+    fn cursor(&self) -> u64 {
+        self.plan.cursor()
+    }
+
+    /// Steps in the whole epoch.
+    #[getter]
+    fn num_steps(&self) -> u64 {
+        self.plan.num_steps()
+    }
+
+    /// The first step this plan yields (cursor // global_batch_size).
+    #[getter]
+    fn start_step(&self) -> u64 {
+        self.plan.start_step()
+    }
+
+    /// Steps this plan yields: num_steps - start_step.
+    #[getter]
+    fn remaining_steps(&self) -> u64 {
+        self.plan.remaining_steps()
+    }
+
+    /// Real samples in step `step`, over all ranks.
+    fn step_size(&self, step: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let step = int_arg(step, "step", 0, MAX_I64)?;
+        self.plan.step_len(step).py()
+    }
+
+    /// Rank `rank`'s sample ids in step `step` (int64 array).
+    fn step_indices<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+        rank: &Bound<'py, PyAny>,
+        world_size: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        let ids = py.detach(|| self.plan.step_indices(step, rank, w)).py()?;
+        Ok(ids.into_pyarray(py))
+    }
+
+    /// All of rank `rank`'s sample ids from start_step on, in step order.
+    fn rank_indices<'py>(
+        &self,
+        py: Python<'py>,
+        rank: &Bound<'py, PyAny>,
+        world_size: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let (rank, w) = rank_args(rank, world_size)?;
+        let ids = py.detach(|| self.plan.rank_indices(rank, w)).py()?;
+        Ok(ids.into_pyarray(py))
+    }
+
+    /// Rank `rank`'s number of real samples from start_step on.
+    fn rank_size(&self, rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let (rank, w) = rank_args(rank, world_size)?;
+        self.plan.rank_len(rank, w).py()
+    }
+
+    /// Micro-batches of every rank in step `step`.
+    fn num_micro_batches(
+        &self,
+        step: &Bound<'_, PyAny>,
+        world_size: &Bound<'_, PyAny>,
+        micro_batch_size: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+        Ok(self.plan.share(step, 0, w, b).py()?.micro_batches)
+    }
+
+    /// Micro-batches every rank gets from start_step on (the same for all ranks).
+    fn total_micro_batches(
+        &self,
+        world_size: &Bound<'_, PyAny>,
+        micro_batch_size: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+        self.plan.total_micro_batches(w, b).py()
+    }
+
+    /// The micro-batches of one step: a list of (indices, weights) pairs.
+    fn step_micro_batches<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+        rank: &Bound<'py, PyAny>,
+        world_size: &Bound<'py, PyAny>,
+        micro_batch_size: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+        step_list(py, &self.plan, step, rank, w, b)
+    }
+
+    /// Yields, per step from start_step on, the list of that step's
+    /// micro-batches as (indices, weights) pairs; every rank gets the same
+    /// number of steps and of micro-batches per step.
+    fn micro_batches(
+        slf: Bound<'_, Self>,
+        rank: &Bound<'_, PyAny>,
+        world_size: &Bound<'_, PyAny>,
+        micro_batch_size: &Bound<'_, PyAny>,
+    ) -> PyResult<MicroBatches> {
+        let (rank, w) = rank_args(rank, world_size)?;
+        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+        let next = slf.get().plan.start_step();
+        Ok(MicroBatches {
+            plan: slf.unbind(),
+            rank,
+            world_size: w,
+            micro_batch_size: b,
+            next: std::sync::atomic::AtomicU64::new(next),
+        })
+    }
+
+    /// The same plan started after `step` steps of the epoch.
+    fn at_step(&self, step: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let step = int_arg(step, "step", 0, self.plan.num_steps())?;
+        let plan = self.plan.with_cursor(self.plan.cursor_at_step(step)).py()?;
+        Ok(Self {
+            plan,
+            seed: self.seed,
+            epoch: self.epoch,
+        })
+    }
+
+    /// The constant-size, world-size independent state (JSON-serialisable).
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let (chunk, window) = kind_params(self.plan.kind());
+        d.set_item("format_version", FORMAT_VERSION)?;
+        d.set_item("num_samples", self.plan.num_samples())?;
+        d.set_item("global_batch_size", self.plan.global_batch_size())?;
+        d.set_item("seed", self.seed)?;
+        d.set_item("epoch", self.epoch)?;
+        d.set_item("kind", self.plan.kind().name())?;
+        d.set_item("chunk_size", chunk)?;
+        d.set_item("preload_nchunks", window)?;
+        d.set_item("drop_last", self.plan.drop_last())?;
+        d.set_item("cursor", self.plan.cursor())?;
+        Ok(d)
+    }
+
+    /// The plan a state dict describes; rejects unknown format versions,
+    /// missing or unknown keys and inconsistent values.
+    #[classmethod]
+    fn from_state_dict(
+        cls: &Bound<'_, pyo3::types::PyType>,
+        state: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let py = cls.py();
+        let d = state.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "state must be a dict, got {}",
+                state
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        for key in d.keys() {
+            let k: String = key.extract().unwrap_or_default();
+            if !STATE_KEYS.contains(&k.as_str()) {
+                return Err(PyValueError::new_err(format!(
+                    "state has an unknown key {key}"
+                )));
+            }
+        }
+        for k in STATE_KEYS {
+            if !d.contains(k)? {
+                return Err(PyValueError::new_err(format!(
+                    "state is missing the key {k:?}"
+                )));
+            }
+        }
+        let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+            d.get_item(k)?
+                .ok_or_else(|| PyValueError::new_err(format!("state is missing the key {k:?}")))
+        };
+        let version = int_arg(
+            &get("format_version")?,
+            "state['format_version']",
+            0,
+            MAX_U64,
+        )?;
+        if version != u64::from(FORMAT_VERSION) {
+            return Err(PyValueError::new_err(format!(
+                "state['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
+            )));
+        }
+        let opt = |k: &str| d.get_item(k);
+        let (seed, epoch, kind) = (opt("seed")?, opt("epoch")?, opt("kind")?);
+        let (drop_last, cursor) = (opt("drop_last")?, opt("cursor")?);
+        let (chunk_size, window) = (opt("chunk_size")?, opt("preload_nchunks")?);
+        EpochPlan::new(
+            py,
+            &get("num_samples")?,
+            &get("global_batch_size")?,
+            seed.as_ref(),
+            epoch.as_ref(),
+            kind.as_ref(),
+            drop_last.as_ref(),
+            cursor.as_ref(),
+            chunk_size.as_ref(),
+            window.as_ref(),
+        )
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let from_state = slf.get_type().getattr("from_state_dict")?;
+        let state = slf.get().state_dict(py)?;
+        Ok((from_state, PyTuple::new(py, [state])?))
+    }
+
+    fn __repr__(&self) -> String {
+        let p = &self.plan;
+        let extra = match kind_params(p.kind()) {
+            (Some(c), Some(w)) => format!(", chunk_size={c}, preload_nchunks={w}"),
+            _ => String::new(),
+        };
+        format!(
+            "EpochPlan(num_samples={}, global_batch_size={}, seed={}, epoch={}, kind='{}'{extra}, \
+             drop_last={}, cursor={}, num_steps={})",
+            p.num_samples(),
+            p.global_batch_size(),
+            self.seed,
+            self.epoch,
+            p.kind().name(),
+            if p.drop_last() { "True" } else { "False" },
+            p.cursor(),
+            p.num_steps()
+        )
+    }
+}
+
+fn rank_args(rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+    let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+    let r = int_arg(rank, "rank", 0, MAX_I64)?;
+    if r >= w {
+        return Err(PyValueError::new_err(format!(
+            "Invalid rank {r}, rank should be in the interval [0, {}]",
+            w - 1
+        )));
+    }
+    Ok((r, w))
+}
+
+fn step_list<'py>(
+    py: Python<'py>,
+    plan: &Plan,
+    step: u64,
+    rank: u64,
+    w: u64,
+    b: u64,
+) -> PyResult<Bound<'py, PyList>> {
+    let batches = py.detach(|| plan.micro_batches(step, rank, w, b)).py()?;
+    let items: Vec<Bound<'py, PyTuple>> = batches
+        .into_iter()
+        .map(|(ids, weights)| {
+            PyTuple::new(
+                py,
+                [
+                    ids.into_pyarray(py).into_any(),
+                    weights.into_pyarray(py).into_any(),
+                ],
+            )
+        })
+        .collect::<PyResult<_>>()?;
+    PyList::new(py, items)
+}
+
+/// Iterates one rank's steps; each item is the step's list of
+/// (indices, weights) micro-batches.
+#[pyclass(module = "epochplan._native", frozen)]
+#[derive(Debug)]
+pub struct MicroBatches {
+    plan: Py<EpochPlan>,
+    rank: u64,
+    world_size: u64,
+    micro_batch_size: u64,
+    next: std::sync::atomic::AtomicU64,
+}
+
+#[pymethods]
+impl MicroBatches {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        use std::sync::atomic::Ordering;
+        let plan = &self.plan.get().plan;
+        let step = self.next.load(Ordering::Relaxed);
+        if step >= plan.num_steps() {
+            return Ok(None);
+        }
+        self.next.store(step + 1, Ordering::Relaxed);
+        step_list(
+            py,
+            plan,
+            step,
+            self.rank,
+            self.world_size,
+            self.micro_batch_size,
+        )
+        .map(Some)
+    }
+
+    fn __len__(&self) -> usize {
+        let plan = &self.plan.get().plan;
+        (plan.num_steps()
+            - self
+                .next
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .min(plan.num_steps())) as usize
+    }
+}

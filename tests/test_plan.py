@@ -1,0 +1,272 @@
+"""Epoch plans: exact, equal-step, weighted, elastic, resumable (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import epochplan as ep
+
+KINDS = [
+    {"kind": "cipher"},
+    {"kind": "identity"},
+    {"kind": "uniform"},
+    {"kind": "chunked", "chunk_size": 3, "preload_nchunks": 2},
+]
+
+
+def all_ranks(plan: ep.EpochPlan, world: int, micro: int) -> list[list[list[ep.MicroBatch]]]:
+    """Per rank, per step, the list of (indices, weights) micro-batches."""
+    return [list(plan.micro_batches(r, world, micro)) for r in range(world)]
+
+
+def check_plan(plan: ep.EpochPlan, world: int, micro: int) -> None:
+    """Asserts every invariant of one plan on one world size."""
+    n, g = plan.num_samples, plan.global_batch_size
+    ranks = all_ranks(plan, world, micro)
+    steps = range(plan.start_step, plan.num_steps)
+    # Equal steps, equal micro-batch counts per step, never empty, never above b.
+    for per_rank in ranks:
+        assert len(per_rank) == len(steps)
+        for t, step in enumerate(steps):
+            assert (
+                len(per_rank[t]) == len(ranks[0][t]) == plan.num_micro_batches(step, world, micro)
+            )
+            for ids, weights in per_rank[t]:
+                assert 1 <= len(ids) <= micro
+                assert ids.dtype == np.int64 and weights.dtype == np.float64
+                assert len(ids) == len(weights)
+    assert plan.total_micro_batches(world, micro) == sum(len(s) for s in ranks[0])
+    seen = []
+    full_order = np.asarray(ep.Permutation(n, seed=plan.seed, epoch=plan.epoch, **kind_of(plan)))
+    for t, step in enumerate(steps):
+        n_t = plan.step_size(step)
+        real, fillers = [], 0
+        for per_rank in ranks:
+            for ids, weights in per_rank[t]:
+                is_real = weights > 0
+                fillers += int((~is_real).sum())
+                # Real samples weigh W / n_t, fillers exactly 0.
+                assert np.all(weights[is_real] == world / n_t)
+                assert np.all(weights[~is_real] == 0.0)
+                real.extend(ids[is_real].tolist())
+        # Elastic: the step's samples are exactly positions [tG, tG + n_t) of the order.
+        assert sorted(real) == sorted(full_order[step * g : step * g + n_t].tolist())
+        seen.extend(real)
+        # A filler only where a rank has fewer real samples than micro-batches.
+        assert fillers <= world * plan.num_micro_batches(step, world, micro)
+    # Exact: every sample of the remaining steps once.
+    expected = full_order[plan.cursor : plan.cursor + sum(plan.step_size(s) for s in steps)]
+    assert sorted(seen) == sorted(expected.tolist())
+    assert len(seen) == len(set(seen))
+    # rank_indices is the rank's real samples in step order.
+    for r, per_rank in enumerate(ranks):
+        flat = [i for step in per_rank for ids, w in step for i in ids[w > 0].tolist()]
+        assert plan.rank_indices(r, world).tolist() == flat
+        assert plan.rank_size(r, world) == len(flat)
+        for t, step in enumerate(steps):
+            step_ids = [i for ids, w in per_rank[t] for i in ids[w > 0].tolist()]
+            assert plan.step_indices(step, r, world).tolist() == step_ids
+
+
+def kind_of(plan: ep.EpochPlan) -> dict[str, object]:
+    extra: dict[str, object] = {"kind": plan.kind}
+    if plan.kind == "chunked":
+        extra.update(chunk_size=plan.chunk_size, preload_nchunks=plan.preload_nchunks)
+    return extra
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    g=st.integers(1, 70),
+    world=st.integers(1, 17),
+    micro=st.integers(1, 9),
+    drop_last=st.booleans(),
+    kind=st.sampled_from(KINDS),
+    seed=st.integers(0, 2**64 - 1),
+    data=st.data(),
+)
+def test_plan_properties(
+    n: int,
+    g: int,
+    world: int,
+    micro: int,
+    drop_last: bool,
+    kind: dict[str, object],
+    seed: int,
+    data: st.DataObject,
+) -> None:
+    full = ep.EpochPlan(n, g, seed=seed, drop_last=drop_last, **kind)  # type: ignore[arg-type]
+    step = data.draw(st.integers(0, full.num_steps))
+    plan = full.at_step(step)
+    assert plan.cursor == min(step * g, n)
+    check_plan(plan, world, micro)
+
+
+@pytest.mark.parametrize(
+    ("n", "g", "world", "micro"),
+    [(1, 1, 1, 1), (1, 5, 4, 2), (7, 3, 8, 1), (13, 13, 2, 4), (97, 10, 3, 3), (101, 25, 7, 2)],
+)
+def test_edge_cases(n: int, g: int, world: int, micro: int) -> None:
+    # N < W, N < G, G < W, N = 1, prime N, N % G == 1, W not dividing G.
+    check_plan(ep.EpochPlan(n, g, seed=3), world, micro)
+
+
+def test_drop_last_covers_exactly_the_full_steps() -> None:
+    plan = ep.EpochPlan(103, 10, seed=1, drop_last=True)
+    assert plan.num_steps == 10
+    order = np.asarray(ep.Permutation(103, seed=1))
+    ids = np.concatenate([plan.rank_indices(r, 3) for r in range(3)])
+    assert sorted(ids.tolist()) == sorted(order[:100].tolist())
+
+
+def test_strided_field_case_has_equal_micro_batch_counts() -> None:
+    # A strided split of N=9 over W=2 with b=4 gives 2 micro-batches against 1.
+    strided = [len(range(r, 9, 2)) for r in range(2)]
+    assert [-(-c // 4) for c in strided] == [2, 1]
+    plan = ep.EpochPlan(9, 9)
+    counts = [sum(len(step) for step in plan.micro_batches(r, 2, 4)) for r in range(2)]
+    assert counts == [2, 2]
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_field_step_count(world: int) -> None:
+    plan = ep.EpochPlan(8_474_566, 640, seed=11)
+    assert plan.num_steps == 13_242
+    assert plan.total_micro_batches(world, 640 // world) == 13_242
+    sizes = [plan.rank_size(r, world) for r in range(world)]
+    assert sum(sizes) == 8_474_566 and max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("world", range(1, 18))
+def test_elastic_step_sets(world: int) -> None:
+    plan = ep.EpochPlan(1000, 64, seed=5, epoch=2)
+    for step in range(plan.num_steps):
+        got = np.concatenate([plan.step_indices(step, r, world) for r in range(world)])
+        want = np.concatenate([plan.step_indices(step, 0, 1)])
+        assert sorted(got.tolist()) == sorted(want.tolist())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 400),
+    g=st.integers(1, 50),
+    w1=st.integers(1, 9),
+    w2=st.integers(1, 9),
+    data=st.data(),
+)
+def test_resume_at_another_world_size(
+    n: int, g: int, w1: int, w2: int, data: st.DataObject
+) -> None:
+    plan = ep.EpochPlan(n, g, seed=9)
+    stop = data.draw(st.integers(0, plan.num_steps))
+    consumed = [i for r in range(w1) for s in range(stop) for i in plan.step_indices(s, r, w1)]
+    state = json.loads(json.dumps(plan.at_step(stop).state_dict()))
+    resumed = ep.EpochPlan.from_state_dict(state)
+    assert resumed.start_step == stop
+    rest = np.concatenate([resumed.rank_indices(r, w2) for r in range(w2)]).tolist()
+    assert sorted(consumed + rest) == list(range(n))
+    # The remaining steps are exactly those of the uninterrupted plan.
+    for s in range(stop, plan.num_steps):
+        got = [i for r in range(w2) for i in resumed.step_indices(s, r, w2)]
+        assert sorted(got) == sorted(plan.step_indices(s, 0, 1).tolist())
+
+
+def test_weighted_loss_gives_the_mean_gradient_for_any_world_size() -> None:
+    # A linear model, squared loss: grad_i = (x_i . theta - y_i) x_i. Each rank
+    # accumulates sum(w * grad) over its micro-batches; DDP averages over W.
+    rng = np.random.default_rng(0)
+    n, g, dim = 103, 16, 5
+    x, y = rng.normal(size=(n, dim)), rng.normal(size=n)
+    theta = rng.normal(size=dim)
+
+    def grads(ids: np.ndarray) -> np.ndarray:
+        return (x[ids] @ theta - y[ids])[:, None] * x[ids]
+
+    plan = ep.EpochPlan(n, g, seed=4)
+    for world, micro in [(1, 16), (2, 3), (3, 1), (5, 2), (16, 4), (17, 1)]:
+        per_rank = all_ranks(plan, world, micro)
+        for t in range(plan.num_steps):
+            ddp = (
+                sum(
+                    sum((w[:, None] * grads(ids)).sum(axis=0) for ids, w in per_rank[r][t])
+                    for r in range(world)
+                )
+                / world
+            )
+            step_ids = plan.step_indices(t, 0, 1)
+            np.testing.assert_allclose(ddp, grads(step_ids).mean(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_state_dict_is_constant_size_and_checked() -> None:
+    plan = ep.EpochPlan(10**12, 4096, seed=2**64 - 1, epoch=3)
+    state = plan.at_step(7).state_dict()
+    assert len(json.dumps(state)) < 300
+    assert ep.EpochPlan.from_state_dict(state).cursor == 7 * 4096
+    with pytest.raises(ValueError, match="format_version"):
+        ep.EpochPlan.from_state_dict({**state, "format_version": 99})
+    with pytest.raises(ValueError, match="unknown key"):
+        ep.EpochPlan.from_state_dict({**state, "world_size": 8})
+    with pytest.raises(ValueError, match="missing"):
+        ep.EpochPlan.from_state_dict({k: v for k, v in state.items() if k != "cursor"})
+    with pytest.raises(ValueError, match="cursor"):
+        ep.EpochPlan.from_state_dict({**state, "cursor": 5})
+    with pytest.raises(TypeError, match="state"):
+        ep.EpochPlan.from_state_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_pickle_round_trip() -> None:
+    plan = ep.EpochPlan(1000, 7, seed=3, kind="chunked", chunk_size=10, preload_nchunks=3)
+    again = pickle.loads(pickle.dumps(plan.at_step(5)))
+    assert again.state_dict() == plan.at_step(5).state_dict()
+    assert np.array_equal(again.rank_indices(1, 3), plan.at_step(5).rank_indices(1, 3))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"num_samples": -1, "global_batch_size": 2}, ValueError, "num_samples"),
+        ({"num_samples": 10, "global_batch_size": 0}, ValueError, "global_batch_size"),
+        ({"num_samples": 10, "global_batch_size": 2.0}, TypeError, "global_batch_size"),
+        ({"num_samples": 10, "global_batch_size": 2, "drop_last": 1}, TypeError, "drop_last"),
+        ({"num_samples": 10, "global_batch_size": 4, "cursor": 3}, ValueError, "cursor"),
+        ({"num_samples": 10, "global_batch_size": 4, "kind": "nope"}, ValueError, "kind"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], exc: type[Exception], name: str) -> None:
+    with pytest.raises(exc, match=name):
+        ep.EpochPlan(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_method_arguments() -> None:
+    plan = ep.EpochPlan(10, 4)
+    with pytest.raises(ValueError, match="rank"):
+        plan.rank_indices(2, 2)
+    with pytest.raises(ValueError, match="world_size"):
+        plan.rank_indices(0, 0)
+    with pytest.raises(IndexError, match="step"):
+        plan.step_indices(3, 0, 1)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        plan.micro_batches(0, 1, 0)
+    with pytest.raises(ValueError, match="step"):
+        plan.at_step(4)
+
+
+def test_worker_shard_preserves_plan_order() -> None:
+    items = list(range(23))
+    for workers in range(1, 6):
+        shards = [list(ep.worker_shard(items, w, workers)) for w in range(workers)]
+        # Round-robin over workers, as a DataLoader fetches, restores the order.
+        merged = [shards[i % workers][i // workers] for i in range(len(items))]
+        assert merged == items
+    assert list(ep.worker_shard(items)) == items
+    with pytest.raises(ValueError, match="worker_id"):
+        list(ep.worker_shard(items, 3, 3))
+    with pytest.raises(ValueError, match="num_workers"):
+        list(ep.worker_shard(items, 0, 0))
