@@ -270,3 +270,19 @@ def test_worker_shard_preserves_plan_order() -> None:
         list(ep.worker_shard(items, 3, 3))
     with pytest.raises(ValueError, match="num_workers"):
         list(ep.worker_shard(items, 0, 0))
+
+
+def test_split_step_and_offsets_rebuild_micro_batches_from_stored_ids() -> None:
+    plan = ep.EpochPlan(1001, 64, seed=8)
+    for world, micro in [(1, 64), (3, 5), (7, 1)]:
+        for rank in range(world):
+            stored = plan.rank_indices(rank, world)
+            for step, expected in enumerate(plan.micro_batches(rank, world, micro)):
+                lo = plan.rank_step_offset(step, rank, world)
+                hi = plan.rank_step_offset(step + 1, rank, world)
+                got = plan.split_step(step, rank, world, micro, stored[lo:hi])
+                assert len(got) == len(expected)
+                for (a, wa), (b, wb) in zip(got, expected, strict=True):
+                    assert np.array_equal(a, b) and np.array_equal(wa, wb)
+    with pytest.raises(ValueError, match="ids"):
+        plan.split_step(0, 0, 2, 4, np.arange(3))

@@ -304,8 +304,29 @@ impl Plan {
         world_size: u64,
         micro_batch_size: u64,
     ) -> Result<Vec<(Vec<i64>, Vec<f64>)>> {
-        let share = self.share(step, rank, world_size, micro_batch_size)?;
         let ids = self.step_indices(step, rank, world_size)?;
+        self.split_step(step, rank, world_size, micro_batch_size, &ids)
+    }
+
+    /// Cuts `ids`, rank `rank`'s real samples of step `step` (as
+    /// [`Plan::step_indices`] gives them, or as read from a plan file), into
+    /// the step's micro-batches with their weights.
+    pub fn split_step(
+        &self,
+        step: u64,
+        rank: u64,
+        world_size: u64,
+        micro_batch_size: u64,
+        ids: &[i64],
+    ) -> Result<Vec<(Vec<i64>, Vec<f64>)>> {
+        let share = self.share(step, rank, world_size, micro_batch_size)?;
+        if ids.len() as u64 != share.count {
+            return Err(Error::Value(format!(
+                "ids must hold rank {rank}'s {} samples of step {step}, got {}",
+                share.count,
+                ids.len()
+            )));
+        }
         let weight = world_size as f64 / share.step_len as f64;
         let filler = match ids.last() {
             Some(&id) => id,
@@ -328,6 +349,19 @@ impl Plan {
                 }
             })
             .collect())
+    }
+
+    /// Where step `step` starts inside rank `rank`'s share of the whole epoch
+    /// (as [`Plan::rank_indices`] of a plan with cursor 0 lays it out).
+    pub fn rank_step_offset(&self, step: u64, rank: u64, world_size: u64) -> Result<u64> {
+        check_rank(rank, world_size)?;
+        if step > self.num_steps() {
+            return Err(Error::Index(format!(
+                "step must be in [0, {}], got {step}",
+                self.num_steps()
+            )));
+        }
+        Ok(rank_total(self, 0, step, rank, world_size))
     }
 }
 

@@ -1,6 +1,6 @@
 //! `EpochPlan` and its micro-batch iterator.
 
-use crate::args::{int_arg, opt_int_arg, MAX_I64, MAX_U64};
+use crate::args::{int_arg, opt_int_arg, positions_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::{kind_arg, kind_params};
 use epochplan_core::plan::Plan;
@@ -231,6 +231,38 @@ impl EpochPlan {
         step_list(py, &self.plan, step, rank, w, b)
     }
 
+    /// Cuts `ids` (rank `rank`'s real samples of step `step`, e.g. read from a
+    /// plan file) into the step's micro-batches: a list of (indices, weights).
+    fn split_step<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+        rank: &Bound<'py, PyAny>,
+        world_size: &Bound<'py, PyAny>,
+        micro_batch_size: &Bound<'py, PyAny>,
+        ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+        let (ids, _) = positions_arg(ids, "ids", MAX_I64)?;
+        let batches = self.plan.split_step(step, rank, w, b, &ids).py()?;
+        batch_list(py, batches)
+    }
+
+    /// Where step `step` starts inside rank `rank`'s share of the whole epoch
+    /// (an offset into `at_step(0).rank_indices(rank, world_size)`).
+    fn rank_step_offset(
+        &self,
+        step: &Bound<'_, PyAny>,
+        rank: &Bound<'_, PyAny>,
+        world_size: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        self.plan.rank_step_offset(step, rank, w).py()
+    }
+
     /// Yields, per step from start_step on, the list of that step's
     /// micro-batches as (indices, weights) pairs; every rank gets the same
     /// number of steps and of micro-batches per step.
@@ -397,6 +429,13 @@ fn step_list<'py>(
     b: u64,
 ) -> PyResult<Bound<'py, PyList>> {
     let batches = py.detach(|| plan.micro_batches(step, rank, w, b)).py()?;
+    batch_list(py, batches)
+}
+
+fn batch_list<'py>(
+    py: Python<'py>,
+    batches: Vec<(Vec<i64>, Vec<f64>)>,
+) -> PyResult<Bound<'py, PyList>> {
     let items: Vec<Bound<'py, PyTuple>> = batches
         .into_iter()
         .map(|(ids, weights)| {
