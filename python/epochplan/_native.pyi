@@ -1,5 +1,6 @@
 """Type stubs of the Rust extension module (see rust/py)."""
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -114,3 +115,35 @@ class MicroBatches:
     def __iter__(self) -> MicroBatches: ...
     def __next__(self) -> list[MicroBatch]: ...
     def __len__(self) -> int: ...
+
+# Plan files (rust/py/src/planfile.rs). ``plan`` is a dict with the keys
+# num_samples, global_batch_size, seed, epoch, kind, chunk_size,
+# preload_nchunks and drop_last.
+def npy_header(count: int) -> bytes: ...
+def npy_file_size(count: int) -> int: ...
+def write_epoch_files(
+    paths: list[str],
+    world_size: int,
+    plan: dict[str, Any],
+    *,
+    fsync: bool = True,
+    progress: Callable[[int], object] | None = None,
+) -> list[tuple[int, int, str]]: ...
+def verify_epoch_files(
+    paths: list[str],
+    counts: list[int],
+    sizes: list[int],
+    checksums: list[str],
+    world_size: int,
+    plan: dict[str, Any],
+    *,
+    progress: Callable[[int], object] | None = None,
+) -> None: ...
+def check_plan_file(
+    path: str,
+    count: int,
+    size: int,
+    checksum: str,
+    *,
+    progress: Callable[[int], object] | None = None,
+) -> None: ...

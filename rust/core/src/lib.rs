@@ -7,6 +7,7 @@
 //! - [`order`]: the order of an epoch, by kind.
 //! - [`split`]: dealing positions to ranks.
 //! - [`plan`]: exact, equal-step, weighted, elastic epoch plans.
+//! - [`planfile`]: plans written to and verified from `.npy` files.
 #![forbid(unsafe_code)]
 
 pub mod chunked;
@@ -16,6 +17,7 @@ pub mod keys;
 pub mod order;
 pub mod parallel;
 pub mod plan;
+pub mod planfile;
 pub mod shuffle;
 pub mod split;
 pub mod streaming;

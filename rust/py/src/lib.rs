@@ -6,6 +6,7 @@ mod args;
 mod errors;
 mod permutation;
 mod plan;
+mod planfile;
 mod streaming_partition;
 mod streaming_shuffle;
 
@@ -24,5 +25,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(permutation::get_num_threads, m)?)?;
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
+    planfile::register(m)?;
     Ok(())
 }

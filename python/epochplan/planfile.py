@@ -1,0 +1,662 @@
+"""Offline plans: every rank's sample ids of some epochs, written once as files.
+
+A plan directory holds a JSON manifest and, per epoch, one int64 ``.npy`` file
+per rank with exactly ``EpochPlan(...).rank_indices(rank, world_size)``::
+
+    DIR/manifest.json
+    DIR/epoch-0000/rank-00000.npy
+    DIR/epoch-0000/rank-00001.npy
+    ...
+
+Files are written in Rust in bounded memory (independent of the number of
+samples, except for ``kind="uniform"``, whose whole permutation is held in
+memory: about 16 bytes per sample while it is built), checksummed with BLAKE3
+as they are written, and published atomically: everything goes into a hidden
+sibling directory, the manifest last, which is then renamed into place. An
+interrupted write never leaves a directory at ``DIR``.
+
+Example:
+    >>> from epochplan.planfile import write_plan, open_plan
+    >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
+    >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped, read-only
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from epochplan import _native
+from epochplan._native import FORMAT_VERSION, EpochPlan
+
+__all__ = [
+    "MANIFEST",
+    "PLAN_FILE_FORMAT",
+    "PLAN_FILE_VERSION",
+    "PlanDirectory",
+    "PlanError",
+    "open_plan",
+    "verify_plan",
+    "write_plan",
+]
+
+#: The manifest's file name inside a plan directory.
+MANIFEST = "manifest.json"
+#: The manifest's ``format`` field.
+PLAN_FILE_FORMAT = "epochplan-plan"
+#: The layout version of plan directories this release writes and reads.
+PLAN_FILE_VERSION = 1
+#: The most files (world_size x epochs) one plan directory may hold.
+MAX_FILES = 1 << 20
+
+_KINDS = ("cipher", "uniform", "chunked", "identity")
+_PARTIAL = ".partial-"
+
+#: ``progress(done, total)``: samples (or bytes, when verifying) so far.
+Progress = Callable[[int, int], None]
+
+
+class PlanError(ValueError):
+    """A plan directory that is missing, incomplete, corrupt or of another
+    format, or a request it cannot serve. The message names the file."""
+
+
+def rank_file_name(epoch: int, rank: int) -> str:
+    """The path of a rank file inside a plan directory."""
+    return f"epoch-{epoch:04d}/rank-{rank:05d}.npy"
+
+
+def _int(value: Any, name: str, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if value < lo or (hi is not None and value > hi):
+        top = "" if hi is None else f", {hi}"
+        raise ValueError(f"{name} must be an int in [{lo}{top}], got {value}")
+    return value
+
+
+def _plan_params(
+    num_samples: int,
+    global_batch_size: int,
+    seed: int,
+    kind: str,
+    chunk_size: int | None,
+    preload_nchunks: int | None,
+    drop_last: bool,
+) -> dict[str, Any]:
+    return {
+        "num_samples": num_samples,
+        "global_batch_size": global_batch_size,
+        "seed": seed,
+        "kind": kind,
+        "chunk_size": chunk_size,
+        "preload_nchunks": preload_nchunks,
+        "drop_last": drop_last,
+    }
+
+
+def _sizes_plan(params: dict[str, Any]) -> EpochPlan:
+    """A plan with the same steps and shares (cheap even for kind='uniform')."""
+    return EpochPlan(
+        params["num_samples"],
+        params["global_batch_size"],
+        drop_last=params["drop_last"],
+        kind="identity",
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_partials(out: Path) -> None:
+    """Removes hidden partial siblings of ``out`` left by killed writers."""
+    prefix = f".{out.name}{_PARTIAL}"
+    with contextlib.suppress(OSError):
+        for entry in out.parent.iterdir():
+            if not entry.name.startswith(prefix):
+                continue
+            pid = entry.name[len(prefix) :].split("-", 1)[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _is_replaceable(path: Path) -> bool:
+    """An empty directory or a plan directory (never anything else)."""
+    if not path.is_dir():
+        return False
+    if not any(path.iterdir()):
+        return True
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == PLAN_FILE_FORMAT
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def write_plan(
+    out: str | os.PathLike[str],
+    num_samples: int,
+    global_batch_size: int,
+    world_size: int,
+    *,
+    seed: int = 0,
+    epochs: Iterable[int] = (0,),
+    kind: str = "cipher",
+    chunk_size: int | None = None,
+    preload_nchunks: int | None = None,
+    drop_last: bool = False,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> PlanDirectory:
+    """Writes the plan of ``epochs`` for ``world_size`` ranks to directory ``out``.
+
+    Args:
+        out: the plan directory to create (its parents are created too).
+        num_samples, global_batch_size, seed, kind, chunk_size,
+            preload_nchunks, drop_last: as for :class:`epochplan.EpochPlan`.
+        world_size: the number of ranks (one file per rank and epoch).
+        epochs: the epochs to write (distinct ints).
+        force: replace ``out`` if it is an existing plan directory or empty.
+        progress: called about ten times a second as
+            ``progress(samples_written, samples_total)``; an exception raised
+            by it (or a KeyboardInterrupt) stops the write and is re-raised.
+
+    Returns:
+        The new plan directory.
+
+    Raises:
+        PlanError: ``out`` exists (without ``force``), the disk is too small,
+            or a file cannot be written. ValueError, TypeError: bad arguments.
+
+    Example:
+        >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
+    """
+    num_samples = _int(num_samples, "num_samples", 0, _native.MAX_SAMPLES)
+    global_batch_size = _int(global_batch_size, "global_batch_size", 1, _native.MAX_SAMPLES)
+    world_size = _int(world_size, "world_size", 1, MAX_FILES)
+    seed = _int(seed, "seed", 0, 2**64 - 1)
+    if isinstance(epochs, (int, np.integer)):
+        raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
+    epoch_list = [_int(e, "epochs[]", 0, 2**64 - 1) for e in epochs]
+    if not epoch_list:
+        raise ValueError("epochs must not be empty")
+    if len(set(epoch_list)) != len(epoch_list):
+        raise ValueError(f"epochs must be distinct, got {epoch_list}")
+    if world_size * len(epoch_list) > MAX_FILES:
+        raise ValueError(
+            f"world_size * len(epochs) must be at most {MAX_FILES} files, "
+            f"got {world_size} * {len(epoch_list)}"
+        )
+    if not isinstance(drop_last, bool):
+        raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
+    params = _plan_params(
+        num_samples, global_batch_size, seed, kind, chunk_size, preload_nchunks, drop_last
+    )
+    # Checks kind and the chunked parameters with the library's own messages.
+    EpochPlan(
+        num_samples,
+        global_batch_size,
+        seed=seed,
+        kind="identity" if kind == "uniform" else kind,
+        chunk_size=chunk_size,
+        preload_nchunks=preload_nchunks,
+        drop_last=drop_last,
+    )
+
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
+        if not _is_replaceable(out):
+            raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(out)
+
+    sizes = _sizes_plan(params)
+    counts = [sizes.rank_size(r, world_size) for r in range(world_size)]
+    file_bytes = [_native.npy_file_size(c) for c in counts]
+    total_bytes = sum(file_bytes) * len(epoch_list)
+    free = shutil.disk_usage(out.parent).free
+    if total_bytes > free:
+        raise PlanError(
+            f"{out}: the plan needs {_gb(total_bytes)} of disk, "
+            f"only {_gb(free)} is free on {out.parent.resolve()}"
+        )
+    if kind == "uniform":
+        need, avail = 16 * num_samples, _available_memory()
+        if avail is not None and need > avail:
+            raise PlanError(
+                f"kind='uniform' holds the whole permutation in memory: about "
+                f"{_gb(need)} needed, {_gb(avail)} available (use kind='cipher')"
+            )
+
+    total = sum(counts) * len(epoch_list)
+    tmp = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        files: list[dict[str, Any]] = []
+        for i, epoch in enumerate(epoch_list):
+            names = [rank_file_name(epoch, r) for r in range(world_size)]
+            (tmp / Path(names[0]).parent).mkdir()
+            base = i * sum(counts)
+            report = None
+            if progress is not None:
+                cb = progress
+
+                def report(done: int, base: int = base, cb: Progress = cb) -> None:
+                    cb(base + done, total)
+
+            try:
+                infos = _native.write_epoch_files(
+                    [str(tmp / n) for n in names],
+                    world_size,
+                    {**params, "epoch": epoch},
+                    progress=report,
+                )
+            except ValueError as e:
+                raise PlanError(str(e).replace(str(tmp), str(out))) from None
+            for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos)):
+                files.append(
+                    {
+                        "epoch": epoch,
+                        "rank": rank,
+                        "path": name,
+                        "count": count,
+                        "bytes": nbytes,
+                        "blake3": digest,
+                    }
+                )
+            _fsync_dir(tmp / Path(names[0]).parent)
+        manifest = {
+            "format": PLAN_FILE_FORMAT,
+            "plan_file_version": PLAN_FILE_VERSION,
+            "format_version": FORMAT_VERSION,
+            "created_by": f"epochplan {_version()}",
+            **params,
+            "world_size": world_size,
+            "epochs": epoch_list,
+            "num_steps": sizes.num_steps,
+            "dtype": "<i8",
+            "checksum": "blake3",
+            "total_bytes": total_bytes,
+            "files": files,
+        }
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return open_plan(out)
+
+
+def _version() -> str:
+    from epochplan import __version__
+
+    return __version__
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Renames the finished ``tmp`` to ``out``. An existing ``out`` (checked
+    replaceable) is first made invalid (its manifest removed), then moved
+    aside and removed, so no interruption leaves an old or partial plan that
+    loads under any name."""
+    if out.exists():
+        trash = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-old-{secrets.token_hex(4)}"
+        with contextlib.suppress(FileNotFoundError):
+            (out / MANIFEST).unlink()
+        out.rename(trash)
+        tmp.rename(out)
+        _fsync_dir(out.parent)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        tmp.rename(out)
+        _fsync_dir(out.parent)
+
+
+def _field(manifest: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path) -> Any:
+    if key not in manifest:
+        raise PlanError(f"{where}: the manifest has no {key!r}")
+    value = manifest[key]
+    if isinstance(value, bool) and kind is not bool:
+        raise PlanError(f"{where}: manifest {key!r} has the wrong type (bool)")
+    if not isinstance(value, kind):
+        raise PlanError(f"{where}: manifest {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+@dataclass(frozen=True)
+class PlanDirectory:
+    """An opened plan directory (see :func:`open_plan`).
+
+    Example:
+        >>> d = open_plan("plan")  # doctest: +SKIP
+        >>> d.world_size, d.epochs  # doctest: +SKIP
+        (8, [0, 1])
+        >>> ids = d.rank_ids(0, 3)  # doctest: +SKIP
+    """
+
+    path: Path
+    manifest: dict[str, Any] = field(repr=False)
+
+    @property
+    def num_samples(self) -> int:
+        """Samples per epoch."""
+        return int(self.manifest["num_samples"])
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per step over all ranks."""
+        return int(self.manifest["global_batch_size"])
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the plan was written for."""
+        return int(self.manifest["world_size"])
+
+    @property
+    def seed(self) -> int:
+        """The seed of the orders."""
+        return int(self.manifest["seed"])
+
+    @property
+    def kind(self) -> str:
+        """The kind of order."""
+        return str(self.manifest["kind"])
+
+    @property
+    def chunk_size(self) -> int | None:
+        """Samples per chunk (kind='chunked'), else None."""
+        value = self.manifest.get("chunk_size")
+        return None if value is None else int(value)
+
+    @property
+    def preload_nchunks(self) -> int | None:
+        """Chunks per shuffle window (kind='chunked'), else None."""
+        value = self.manifest.get("preload_nchunks")
+        return None if value is None else int(value)
+
+    @property
+    def epochs(self) -> list[int]:
+        """The epochs in the plan."""
+        return [int(e) for e in self.manifest["epochs"]]
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the short last step is dropped."""
+        return bool(self.manifest["drop_last"])
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the plan)."""
+        self._check_epoch(epoch)
+        return EpochPlan(
+            self.num_samples,
+            self.global_batch_size,
+            seed=self.seed,
+            epoch=epoch,
+            kind=self.kind,
+            chunk_size=self.chunk_size,
+            preload_nchunks=self.preload_nchunks,
+            drop_last=self.drop_last,
+        )
+
+    def _check_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+            raise TypeError(f"epoch must be an int, got {type(epoch).__name__}")
+        if int(epoch) not in self.epochs:
+            raise PlanError(f"{self.path}: epoch {epoch} is not in the plan (epochs {self.epochs})")
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raises PlanError unless the plan was written for ``world_size`` ranks."""
+        if world_size != self.world_size:
+            raise PlanError(
+                f"{self.path}: the plan was written for world_size={self.world_size}, "
+                f"not {world_size}; write a plan for {world_size} ranks"
+            )
+
+    def file_entry(self, epoch: int, rank: int) -> dict[str, Any]:
+        """The manifest's entry of one rank file."""
+        self._check_epoch(epoch)
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        if not 0 <= rank < self.world_size:
+            raise PlanError(
+                f"{self.path}: rank must be in [0, {self.world_size - 1}] for this plan, "
+                f"got {rank}"
+            )
+        index = self.epochs.index(int(epoch)) * self.world_size + int(rank)
+        entry: dict[str, Any] = self.manifest["files"][index]
+        return entry
+
+    def rank_ids(
+        self, epoch: int, rank: int, *, world_size: int | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Rank ``rank``'s sample ids of ``epoch``: a read-only memory map of
+        its file, after checking the file's header, size and checksum (which
+        reads the file once). ``world_size``, when given, must match the plan.
+        """
+        if world_size is not None:
+            self.check_world_size(world_size)
+        entry = self.file_entry(epoch, rank)
+        path = self.path / entry["path"]
+        try:
+            _native.check_plan_file(str(path), entry["count"], entry["bytes"], entry["blake3"])
+            ids = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise PlanError(str(e)) from None
+        if ids.dtype != np.dtype("<i8") or ids.shape != (entry["count"],):
+            raise PlanError(f"{path}: holds {ids.dtype} {ids.shape}, expected int64 ({entry['count']},)")
+        result: npt.NDArray[np.int64] = ids
+        return result
+
+    def __repr__(self) -> str:
+        return (
+            f"PlanDirectory({str(self.path)!r}, num_samples={self.num_samples}, "
+            f"global_batch_size={self.global_batch_size}, world_size={self.world_size}, "
+            f"seed={self.seed}, kind={self.kind!r}, epochs={self.epochs}, "
+            f"drop_last={self.drop_last})"
+        )
+
+
+def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) -> PlanDirectory:
+    """Opens a plan directory: reads and checks its manifest, and that every
+    rank file exists with its recorded size (checksums are checked when a
+    file is read, or all at once by :func:`verify_plan`).
+
+    Raises:
+        PlanError: no such directory, no or a bad manifest, another format
+            version, a missing or resized file, or (when ``world_size`` is
+            given) a plan written for another world size.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise PlanError(f"{root}: {what}")
+    mpath = root / MANIFEST
+    try:
+        manifest = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise PlanError(
+            f"{mpath}: missing (not a plan directory, or an unfinished write)"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{mpath}: cannot read the manifest: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != PLAN_FILE_FORMAT:
+        raise PlanError(f"{mpath}: not an epochplan plan manifest")
+    version = manifest.get("plan_file_version")
+    if version != PLAN_FILE_VERSION:
+        raise PlanError(
+            f"{mpath}: plan_file_version is {version!r}; this release reads "
+            f"version {PLAN_FILE_VERSION}"
+        )
+    fmt = manifest.get("format_version")
+    if fmt != FORMAT_VERSION:
+        raise PlanError(
+            f"{mpath}: format_version is {fmt!r}; this release computes "
+            f"format_version {FORMAT_VERSION}"
+        )
+    d = PlanDirectory(root, manifest)
+    _check_manifest(d, mpath)
+    if world_size is not None:
+        d.check_world_size(world_size)
+    return d
+
+
+def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
+    m = d.manifest
+    for key in ("num_samples", "global_batch_size", "world_size", "seed"):
+        _field(m, key, int, mpath)
+    kind = _field(m, "kind", str, mpath)
+    if kind not in _KINDS:
+        raise PlanError(f"{mpath}: unknown kind {kind!r}")
+    _field(m, "drop_last", bool, mpath)
+    epochs = _field(m, "epochs", list, mpath)
+    if not epochs or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
+        raise PlanError(f"{mpath}: 'epochs' must be a non-empty list of ints")
+    if len(set(epochs)) != len(epochs):
+        raise PlanError(f"{mpath}: 'epochs' has duplicates")
+    files = _field(m, "files", list, mpath)
+    w = d.world_size
+    if w < 1 or len(files) != w * len(epochs):
+        raise PlanError(
+            f"{mpath}: lists {len(files)} files, expected {len(epochs)} epochs x {w} ranks"
+        )
+    try:
+        sizes = _sizes_plan(_plan_params(d.num_samples, d.global_batch_size, d.seed, kind,
+                                         d.chunk_size, d.preload_nchunks, d.drop_last))
+        if kind == "chunked":
+            d.plan(epochs[0])
+    except (ValueError, TypeError, OverflowError) as e:
+        raise PlanError(f"{mpath}: bad plan parameters: {e}") from None
+    if m.get("num_steps") != sizes.num_steps:
+        raise PlanError(
+            f"{mpath}: num_steps is {m.get('num_steps')!r}, the parameters give {sizes.num_steps}"
+        )
+    counts = [sizes.rank_size(r, w) for r in range(w)]
+    for i, entry in enumerate(files):
+        epoch, rank = epochs[i // w], i % w
+        name = rank_file_name(epoch, rank)
+        if not isinstance(entry, dict):
+            raise PlanError(f"{mpath}: files[{i}] is not an object")
+        want = {
+            "epoch": epoch,
+            "rank": rank,
+            "path": name,
+            "count": counts[rank],
+            "bytes": _native.npy_file_size(counts[rank]),
+        }
+        for key, value in want.items():
+            if entry.get(key) != value:
+                raise PlanError(
+                    f"{mpath}: files[{i}] {key!r} is {entry.get(key)!r}, expected {value!r}"
+                )
+        digest = entry.get("blake3")
+        if not (isinstance(digest, str) and len(digest) == 64):
+            raise PlanError(f"{mpath}: files[{i}] has no valid 'blake3' checksum")
+        fpath = d.path / name
+        try:
+            size = fpath.stat().st_size
+        except OSError:
+            raise PlanError(f"{fpath}: missing rank file") from None
+        if size != want["bytes"]:
+            raise PlanError(
+                f"{fpath}: has {size} bytes, the manifest says {want['bytes']} "
+                "(truncated or altered)"
+            )
+
+
+def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
+    """Checks a plan directory completely, streaming through its files:
+    the manifest, every file's header, size and checksum, every file's length
+    (the plan's share of its rank, so every rank has the same steps), its first
+    ids against the plan (except kind='uniform'), and exact coverage per
+    epoch (every id in [0, N) at most once, and as many ids as the epoch's
+    steps hold: all N, or the full steps' with drop_last).
+
+    Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers.
+
+    Args:
+        progress: called as ``progress(bytes_read, bytes_total)``.
+
+    Raises:
+        PlanError: naming the file and its first violation.
+    """
+    d = open_plan(path)
+    files: Sequence[dict[str, Any]] = d.manifest["files"]
+    w = d.world_size
+    total = sum(int(f["bytes"]) for f in files)
+    params = _plan_params(
+        d.num_samples, d.global_batch_size, d.seed, d.kind, d.chunk_size,
+        d.preload_nchunks, d.drop_last,
+    )
+    for i, epoch in enumerate(d.epochs):
+        entries = files[i * w : (i + 1) * w]
+        base = sum(int(f["bytes"]) for f in files[: i * w])
+        report = None
+        if progress is not None:
+            cb = progress
+
+            def report(done: int, base: int = base, cb: Progress = cb) -> None:
+                cb(base + done, total)
+
+        try:
+            _native.verify_epoch_files(
+                [str(d.path / f["path"]) for f in entries],
+                [int(f["count"]) for f in entries],
+                [int(f["bytes"]) for f in entries],
+                [str(f["blake3"]) for f in entries],
+                w,
+                {**params, "epoch": epoch},
+                progress=report,
+            )
+        except (ValueError, OSError) as e:
+            msg = str(e)
+            if not msg.startswith(str(d.path)):
+                msg = f"{d.path / Path(rank_file_name(epoch, 0)).parent}: {msg}"
+            raise PlanError(msg) from None

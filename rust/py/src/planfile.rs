@@ -1,0 +1,230 @@
+//! Plan files: writing, verifying and checking rank `.npy` files, with the
+//! GIL released and a progress callback that holds it only while it runs.
+
+use crate::args::{int_arg, str_arg, MAX_I64, MAX_U64};
+use crate::errors::IntoPyResult;
+use crate::permutation::kind_arg;
+use epochplan_core::plan::Plan;
+use epochplan_core::planfile::{self, ExpectedFile};
+use epochplan_core::{Kind, Order};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes};
+use std::path::PathBuf;
+
+/// The plan's parameters, as a dict with these keys.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct PlanArgs<'py> {
+    num_samples: Bound<'py, PyAny>,
+    global_batch_size: Bound<'py, PyAny>,
+    seed: Bound<'py, PyAny>,
+    epoch: Bound<'py, PyAny>,
+    kind: Bound<'py, PyAny>,
+    chunk_size: Option<Bound<'py, PyAny>>,
+    preload_nchunks: Option<Bound<'py, PyAny>>,
+    drop_last: Bound<'py, PyAny>,
+}
+
+fn parse_plan(args: &PlanArgs<'_>) -> PyResult<(u64, u64, u64, u64, Kind, bool)> {
+    let n = int_arg(&args.num_samples, "num_samples", 0, MAX_I64)?;
+    let g = int_arg(&args.global_batch_size, "global_batch_size", 1, MAX_I64)?;
+    let seed = int_arg(&args.seed, "seed", 0, MAX_U64)?;
+    let epoch = int_arg(&args.epoch, "epoch", 0, MAX_U64)?;
+    let kind = kind_arg(
+        &args.kind,
+        args.chunk_size.as_ref(),
+        args.preload_nchunks.as_ref(),
+    )?;
+    if !args.drop_last.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "drop_last must be a bool, got {}",
+            args.drop_last.get_type().name()?
+        )));
+    }
+    let drop_last: bool = args.drop_last.extract()?;
+    Ok((n, g, seed, epoch, kind, drop_last))
+}
+
+/// Builds the plan (without the GIL: kind="uniform" materialises its order).
+fn build_plan(py: Python<'_>, args: &PlanArgs<'_>, order_needed: bool) -> PyResult<Plan> {
+    let (n, g, seed, epoch, kind, drop_last) = parse_plan(args)?;
+    // Sizes and steps do not depend on the order: skip building a uniform
+    // table when only they are needed.
+    let kind = if order_needed { kind } else { Kind::Identity };
+    py.detach(|| Order::new(n, seed, epoch, kind).and_then(|o| Plan::new(o, g, drop_last, 0)))
+        .py()
+}
+
+fn world_arg(world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int_arg(world_size, "world_size", 1, MAX_I64)
+}
+
+fn paths_arg(paths: Vec<String>, world_size: u64) -> PyResult<Vec<PathBuf>> {
+    if paths.len() as u64 != world_size {
+        return Err(PyValueError::new_err(format!(
+            "paths must hold one path per rank ({world_size}), got {}",
+            paths.len()
+        )));
+    }
+    Ok(paths.into_iter().map(PathBuf::from).collect())
+}
+
+/// Runs `work` without the GIL. Its progress callback takes the GIL only to
+/// deliver signals (Ctrl-C) and to call `progress(done)`; an exception from
+/// either stops the work and is what this returns.
+fn run_detached<T: Send>(
+    py: Python<'_>,
+    progress: Option<Py<PyAny>>,
+    work: impl FnOnce(&mut dyn FnMut(u64) -> bool) -> epochplan_core::Result<T> + Send,
+) -> PyResult<T> {
+    let mut failure: Option<PyErr> = None;
+    let result = py.detach(|| {
+        let mut report = |done: u64| -> bool {
+            Python::attach(|py| {
+                let outcome = py.check_signals().and_then(|()| match &progress {
+                    Some(cb) => cb.call1(py, (done,)).map(drop),
+                    None => Ok(()),
+                });
+                match outcome {
+                    Ok(()) => true,
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                        false
+                    }
+                }
+            })
+        };
+        work(&mut report)
+    });
+    match (result, failure) {
+        (_, Some(err)) => Err(err),
+        (result, None) => result.py(),
+    }
+}
+
+/// The `.npy` header of a plan file of `count` ids.
+#[pyfunction]
+fn npy_header<'py>(py: Python<'py>, count: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let count = int_arg(count, "count", 0, MAX_I64)?;
+    Ok(PyBytes::new(py, &planfile::npy_header(count)))
+}
+
+/// Writes every rank's share of one epoch to `paths[rank]` (new files);
+/// returns `(count, bytes, blake3 hex)` per rank.
+#[pyfunction]
+#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None))]
+fn write_epoch_files(
+    py: Python<'_>,
+    paths: Vec<String>,
+    world_size: &Bound<'_, PyAny>,
+    plan: PlanArgs<'_>,
+    fsync: bool,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Vec<(u64, u64, String)>> {
+    let w = world_arg(world_size)?;
+    let paths = paths_arg(paths, w)?;
+    let plan = build_plan(py, &plan, true)?;
+    let ranks: Vec<u64> = (0..w).collect();
+    let infos = run_detached(py, progress, |report| {
+        planfile::write_rank_files(&plan, w, &ranks, paths, fsync, report)
+    })?;
+    Ok(infos
+        .into_iter()
+        .map(|i| (i.count, i.bytes, i.checksum))
+        .collect())
+}
+
+fn expected_files(
+    paths: Vec<String>,
+    counts: Vec<u64>,
+    sizes: Vec<u64>,
+    checksums: Vec<String>,
+    w: u64,
+) -> PyResult<Vec<ExpectedFile>> {
+    let paths = paths_arg(paths, w)?;
+    if counts.len() != paths.len() || sizes.len() != paths.len() || checksums.len() != paths.len() {
+        return Err(PyValueError::new_err(
+            "paths, counts, sizes and checksums must have the same length",
+        ));
+    }
+    Ok(paths
+        .into_iter()
+        .zip(counts)
+        .zip(sizes)
+        .zip(checksums)
+        .enumerate()
+        .map(|(rank, (((path, count), bytes), checksum))| ExpectedFile {
+            path,
+            rank: rank as u64,
+            count,
+            bytes,
+            checksum,
+        })
+        .collect())
+}
+
+/// Verifies all rank files of one epoch (see `planfile::verify_rank_files`);
+/// raises ValueError("<path>: <violation>") on the first violation.
+#[pyfunction]
+#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None))]
+#[allow(clippy::too_many_arguments)]
+fn verify_epoch_files(
+    py: Python<'_>,
+    paths: Vec<String>,
+    counts: Vec<u64>,
+    sizes: Vec<u64>,
+    checksums: Vec<String>,
+    world_size: &Bound<'_, PyAny>,
+    plan: PlanArgs<'_>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<()> {
+    let w = world_arg(world_size)?;
+    let files = expected_files(paths, counts, sizes, checksums, w)?;
+    let uniform = str_arg(&plan.kind, "kind")? == "uniform";
+    let plan = build_plan(py, &plan, !uniform)?;
+    run_detached(py, progress, |report| {
+        planfile::verify_rank_files(&plan, w, &files, !uniform, report)
+    })
+}
+
+/// Checks one plan file's size, header and checksum; raises
+/// ValueError("<path>: <what>") when any differs.
+#[pyfunction]
+#[pyo3(signature = (path, count, size, checksum, *, progress = None))]
+fn check_plan_file(
+    py: Python<'_>,
+    path: String,
+    count: &Bound<'_, PyAny>,
+    size: &Bound<'_, PyAny>,
+    checksum: String,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<()> {
+    let file = ExpectedFile {
+        path: PathBuf::from(path),
+        rank: 0,
+        count: int_arg(count, "count", 0, MAX_I64)?,
+        bytes: int_arg(size, "size", 0, MAX_U64)?,
+        checksum,
+    };
+    run_detached(py, progress, |report| {
+        planfile::check_rank_file(&file, report)
+    })
+}
+
+/// The size of a plan file of `count` ids, header included.
+#[pyfunction]
+fn npy_file_size(count: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let count = int_arg(count, "count", 0, MAX_I64)?;
+    Ok(planfile::npy_file_size(count))
+}
+
+/// Registers the plan-file functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(npy_header, m)?)?;
+    m.add_function(wrap_pyfunction!(npy_file_size, m)?)?;
+    m.add_function(wrap_pyfunction!(write_epoch_files, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_epoch_files, m)?)?;
+    m.add_function(wrap_pyfunction!(check_plan_file, m)?)?;
+    Ok(())
+}
