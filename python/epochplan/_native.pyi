@@ -1,5 +1,6 @@
 """Type stubs of the Rust extension module (see rust/py)."""
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -121,6 +122,7 @@ class MicroBatches:
 # preload_nchunks and drop_last.
 def npy_header(count: int) -> bytes: ...
 def npy_file_size(count: int) -> int: ...
+def file_checksum(path: str | os.PathLike[str]) -> str: ...
 def write_epoch_files(
     paths: list[str],
     world_size: int,

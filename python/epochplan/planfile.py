@@ -79,11 +79,11 @@ def rank_file_name(epoch: int, rank: int) -> str:
 def _int(value: Any, name: str, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
+    number = int(value)
+    if number < lo or (hi is not None and number > hi):
         top = "" if hi is None else f", {hi}"
-        raise ValueError(f"{name} must be an int in [{lo}{top}], got {value}")
-    return value
+        raise ValueError(f"{name} must be an int in [{lo}{top}], got {number}")
+    return number
 
 
 def _plan_params(
@@ -297,7 +297,7 @@ def write_plan(
                 )
             except ValueError as e:
                 raise PlanError(str(e).replace(str(tmp), str(out))) from None
-            for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos)):
+            for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos, strict=True)):
                 files.append(
                     {
                         "epoch": epoch,
@@ -467,8 +467,7 @@ class PlanDirectory:
             raise TypeError(f"rank must be an int, got {type(rank).__name__}")
         if not 0 <= rank < self.world_size:
             raise PlanError(
-                f"{self.path}: rank must be in [0, {self.world_size - 1}] for this plan, "
-                f"got {rank}"
+                f"{self.path}: rank must be in [0, {self.world_size - 1}] for this plan, got {rank}"
             )
         index = self.epochs.index(int(epoch)) * self.world_size + int(rank)
         entry: dict[str, Any] = self.manifest["files"][index]
@@ -491,7 +490,9 @@ class PlanDirectory:
         except (ValueError, OSError) as e:
             raise PlanError(str(e)) from None
         if ids.dtype != np.dtype("<i8") or ids.shape != (entry["count"],):
-            raise PlanError(f"{path}: holds {ids.dtype} {ids.shape}, expected int64 ({entry['count']},)")
+            raise PlanError(
+                f"{path}: holds {ids.dtype} {ids.shape}, expected int64 ({entry['count']},)"
+            )
         result: npt.NDArray[np.int64] = ids
         return result
 
@@ -568,8 +569,17 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
             f"{mpath}: lists {len(files)} files, expected {len(epochs)} epochs x {w} ranks"
         )
     try:
-        sizes = _sizes_plan(_plan_params(d.num_samples, d.global_batch_size, d.seed, kind,
-                                         d.chunk_size, d.preload_nchunks, d.drop_last))
+        sizes = _sizes_plan(
+            _plan_params(
+                d.num_samples,
+                d.global_batch_size,
+                d.seed,
+                kind,
+                d.chunk_size,
+                d.preload_nchunks,
+                d.drop_last,
+            )
+        )
         if kind == "chunked":
             d.plan(epochs[0])
     except (ValueError, TypeError, OverflowError) as e:
@@ -632,8 +642,13 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     w = d.world_size
     total = sum(int(f["bytes"]) for f in files)
     params = _plan_params(
-        d.num_samples, d.global_batch_size, d.seed, d.kind, d.chunk_size,
-        d.preload_nchunks, d.drop_last,
+        d.num_samples,
+        d.global_batch_size,
+        d.seed,
+        d.kind,
+        d.chunk_size,
+        d.preload_nchunks,
+        d.drop_last,
     )
     for i, epoch in enumerate(d.epochs):
         entries = files[i * w : (i + 1) * w]

@@ -525,6 +525,22 @@ pub fn check_rank_file(file: &ExpectedFile, progress: &mut dyn FnMut(u64) -> boo
     })
 }
 
+/// The BLAKE3 of a whole file, as 64 lowercase hex digits.
+pub fn file_checksum(path: &Path) -> Result<String> {
+    let mut f = File::open(path).map_err(|e| violation(path, format!("cannot open: {e}")))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; CHUNK_IDS];
+    loop {
+        let got = f
+            .read(&mut buf)
+            .map_err(|e| violation(path, format!("cannot read: {e}")))?;
+        if got == 0 {
+            return Ok(hasher.finalize().to_hex().to_string());
+        }
+        hasher.update(&buf[..got]);
+    }
+}
+
 /// A bitmap of `n` bits, set concurrently.
 #[derive(Debug)]
 struct Bitmap(Vec<AtomicU64>);

@@ -212,6 +212,12 @@ fn check_plan_file(
     })
 }
 
+/// The BLAKE3 of a whole file (hex), as a plan manifest records it.
+#[pyfunction]
+fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    py.detach(|| planfile::file_checksum(&path)).py()
+}
+
 /// The size of a plan file of `count` ids, header included.
 #[pyfunction]
 fn npy_file_size(count: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -226,5 +232,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_epoch_files, m)?)?;
     m.add_function(wrap_pyfunction!(verify_epoch_files, m)?)?;
     m.add_function(wrap_pyfunction!(check_plan_file, m)?)?;
+    m.add_function(wrap_pyfunction!(file_checksum, m)?)?;
     Ok(())
 }

@@ -1,0 +1,485 @@
+"""``epochplan bench``: our implementations against the installed peers.
+
+Every case runs in a fresh Python subprocess, ``--repeats`` times. Time is the
+median wall time of the call alone; memory is the peak RSS the call adds
+(``resource.getrusage`` high-water mark after the call minus the one after
+imports and setup, so import cost is subtracted). A case whose estimated memory
+does not fit in the available memory, or whose library is not installed, is
+skipped with the reason printed. Writes a Markdown table and (with matplotlib)
+a log-log plot of time against N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: World size and rank of the sampler cases.
+WORLD, RANK = 8, 3
+
+# Loads MosaicML Streaming's partition and shuffle sub-packages without running
+# streaming/__init__.py (which imports torch-heavy modules): the parent
+# packages are registered as empty namespace modules over their directories.
+_STREAMING = """
+import importlib, importlib.util, pathlib, sys, types
+_root = pathlib.Path(importlib.util.find_spec("streaming").origin).parent
+for _name, _dir in (("streaming", _root), ("streaming.base", _root / "base")):
+    _m = types.ModuleType(_name)
+    _m.__path__ = [str(_dir)]
+    sys.modules[_name] = _m
+"""
+
+_TEMPLATE = """
+import gc, json, resource, time
+{imports}
+def _rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+n = {n}
+{setup}
+gc.collect()
+_base = _rss()
+try:
+    _t = time.perf_counter()
+    _result = {call}
+    _dt = time.perf_counter() - _t
+except NotImplementedError:
+    print(json.dumps({{"skip": "not implemented yet (NotImplementedError)"}}))
+    raise SystemExit(0)
+print(json.dumps({{"seconds": _dt, "peak": _rss() - _base}}))
+"""
+
+_DATASET = f"""
+class _Dataset:
+    def __len__(self):
+        return n
+sampler = DistributedSampler(_Dataset(), num_replicas={WORLD}, rank={RANK}, shuffle=True, seed=0)
+"""
+
+_SHARDS = """
+import numpy as np
+_size = 10_000
+shard_sizes = np.full(n // _size, _size, dtype=np.int64)
+if n % _size:
+    shard_sizes = np.append(shard_sizes, n % _size).astype(np.int64)
+"""
+
+_PARTITION_ARGS = "n, 8, 1, 8, 4, 64"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One implementation of one operation."""
+
+    group: str
+    name: str
+    ours: bool
+    imports: str
+    call: str
+    bytes_per_sample: float
+    setup: str = ""
+    needs: tuple[str, ...] = ()
+    note: str = ""
+
+
+CASES: list[Case] = [
+    Case(
+        "full permutation",
+        "numpy default_rng().permutation",
+        False,
+        "import numpy as np",
+        "np.random.default_rng(0).permutation(n)",
+        16,
+        needs=("numpy",),
+    ),
+    Case(
+        "full permutation",
+        "torch.randperm",
+        False,
+        "import torch",
+        "torch.randperm(n, generator=torch.Generator().manual_seed(0))",
+        16,
+        needs=("torch",),
+    ),
+    Case(
+        "full permutation",
+        "epochplan permutation(kind='uniform')",
+        True,
+        "import epochplan as ep",
+        "ep.permutation(n, kind='uniform')",
+        17,
+    ),
+    Case(
+        "full permutation",
+        "epochplan Permutation(n)[::] (cipher)",
+        True,
+        "import epochplan as ep",
+        "ep.Permutation(n)[::]",
+        9,
+    ),
+    Case(
+        f"DistributedSampler W={WORLD}: first index",
+        "torch DistributedSampler",
+        False,
+        "from torch.utils.data import DistributedSampler",
+        "next(iter(sampler))",
+        60,
+        setup=_DATASET,
+        needs=("torch",),
+    ),
+    Case(
+        f"DistributedSampler W={WORLD}: first index",
+        "epochplan.torch.DistributedSampler",
+        True,
+        "from epochplan.torch import DistributedSampler",
+        "next(iter(sampler))",
+        2,
+        setup=_DATASET,
+        needs=("torch", "epochplan.torch:DistributedSampler"),
+    ),
+    Case(
+        f"DistributedSampler W={WORLD}: one rank's epoch",
+        "torch DistributedSampler",
+        False,
+        "import collections\nfrom torch.utils.data import DistributedSampler",
+        "collections.deque(iter(sampler), maxlen=0)",
+        60,
+        setup=_DATASET,
+        needs=("torch",),
+    ),
+    Case(
+        f"DistributedSampler W={WORLD}: one rank's epoch",
+        "epochplan.torch.DistributedSampler",
+        True,
+        "import collections\nfrom epochplan.torch import DistributedSampler",
+        "collections.deque(iter(sampler), maxlen=0)",
+        4,
+        setup=_DATASET,
+        needs=("torch", "epochplan.torch:DistributedSampler"),
+    ),
+    Case(
+        f"DistributedSampler W={WORLD}: one rank's epoch",
+        "epochplan EpochPlan.rank_indices",
+        True,
+        "import epochplan as ep",
+        f"ep.EpochPlan(n, 4096).rank_indices({RANK}, {WORLD})",
+        2,
+        note="an int64 array, G=4096",
+    ),
+    Case(
+        "Streaming get_partitions",
+        "streaming get_partitions('orig')",
+        False,
+        _STREAMING + "from streaming.base.partition import get_partitions",
+        f"get_partitions('orig', {_PARTITION_ARGS})",
+        40,
+        needs=("streaming",),
+    ),
+    Case(
+        "Streaming get_partitions",
+        "epochplan.compat.streaming",
+        True,
+        "from epochplan.compat.streaming import get_partitions",
+        f"get_partitions('orig', {_PARTITION_ARGS})",
+        16,
+    ),
+    Case(
+        "Streaming get_shuffle py1s",
+        "streaming get_shuffle('py1s')",
+        False,
+        _STREAMING + "from streaming.base.shuffle import get_shuffle",
+        "get_shuffle('py1s', shard_sizes, 8, 0, 0)",
+        40,
+        setup=_SHARDS,
+        needs=("streaming",),
+    ),
+    Case(
+        "Streaming get_shuffle py1s",
+        "epochplan.compat.streaming",
+        True,
+        "from epochplan.compat.streaming import get_shuffle",
+        "get_shuffle('py1s', shard_sizes, 8, 0, 0)",
+        16,
+        setup=_SHARDS,
+    ),
+    Case(
+        "Streaming get_shuffle py1e",
+        "streaming get_shuffle('py1e')",
+        False,
+        _STREAMING + "from streaming.base.shuffle import get_shuffle",
+        "get_shuffle('py1e', shard_sizes, 8, 0, 0)",
+        48,
+        setup=_SHARDS,
+        needs=("streaming",),
+    ),
+    Case(
+        "Streaming get_shuffle py1e",
+        "epochplan.compat.streaming",
+        True,
+        "from epochplan.compat.streaming import get_shuffle",
+        "get_shuffle('py1e', shard_sizes, 8, 0, 0)",
+        16,
+        setup=_SHARDS,
+    ),
+]
+
+
+@dataclass
+class Result:
+    """The measurements of one case at one size."""
+
+    case: Case
+    n: int
+    seconds: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    skip: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def peak(self) -> int:
+        return max(self.peaks)
+
+
+def _available_memory() -> int | None:
+    from epochplan.planfile import _available_memory
+
+    return _available_memory()
+
+
+def _importable(spec: str) -> str:
+    """Empty when ``module[:attribute]`` imports, else the reason."""
+    module, _, attr = spec.partition(":")
+    code = f"import {module}" + (f"; {module}.{attr}" if attr else "")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return f"importing {module} timed out"
+    if proc.returncode == 0:
+        return ""
+    last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return f"{spec.replace(':', '.')} is not available ({last[:80]})"
+
+
+def run_case(case: Case, n: int, timeout: float) -> dict[str, Any]:
+    """Runs one case once in a fresh subprocess; returns its JSON line."""
+    code = _TEMPLATE.format(imports=case.imports, n=n, setup=case.setup, call=case.call)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"skip": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        return {"skip": f"failed: {last[:100]}"}
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def run(sizes: list[int], repeats: int, timeout: float, log: Any = sys.stderr) -> list[Result]:
+    """Runs every case at every size; prints a line per case to ``log``."""
+    missing: dict[str, str] = {}
+    results: list[Result] = []
+    avail = _available_memory()
+    for case in CASES:
+        for spec in case.needs:
+            if spec not in missing:
+                missing[spec] = _importable(spec)
+        for n in sizes:
+            res = Result(case, n)
+            results.append(res)
+            reasons = [missing[s] for s in case.needs if missing[s]]
+            need = case.bytes_per_sample * n
+            if reasons:
+                res.skip = reasons[0]
+            elif avail is not None and need > 0.8 * avail:
+                res.skip = f"needs about {need / 1e9:.1f} GB, {avail / 1e9:.1f} GB available"
+            for _ in range(repeats):
+                if res.skip:
+                    break
+                out = run_case(case, n, timeout)
+                if "skip" in out:
+                    res.skip = str(out["skip"])
+                    break
+                res.seconds.append(float(out["seconds"]))
+                res.peaks.append(int(out["peak"]))
+            if res.skip:
+                print(f"skip {case.group} | {case.name} | N={n:.0e}: {res.skip}", file=log)
+            else:
+                print(
+                    f"{case.group} | {case.name} | N={n:.0e}: {res.median:.4f} s, "
+                    f"{res.peak / 1e6:.0f} MB",
+                    file=log,
+                )
+    return results
+
+
+def _reference(results: list[Result], res: Result) -> Result | None:
+    """The first peer measured for the same group and size."""
+    for r in results:
+        if r.case.group == res.case.group and r.n == res.n and not r.case.ours and not r.skip:
+            return r
+    return None
+
+
+def table(results: list[Result], repeats: int) -> str:
+    """The Markdown table of the results."""
+    lines = [
+        f"| operation | implementation | N | median time (s, {repeats} runs) "
+        "| speed-up vs peer | peak memory (MB) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        name = f"**{res.case.name}**" if res.case.ours else res.case.name
+        if res.case.note:
+            name += f" ({res.case.note})"
+        if res.skip:
+            lines.append(f"| {res.case.group} | {name} | {res.n:.0e} | skipped: {res.skip} | | |")
+            continue
+        ref = _reference(results, res)
+        ratio = f"{ref.median / res.median:.1f}x" if ref is not None and res.case.ours else ""
+        lines.append(
+            f"| {res.case.group} | {name} | {res.n:.0e} | {res.median:.4f} | {ratio} "
+            f"| {res.peak / 1e6:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[Result], path: Path) -> str:
+    """Draws time against N (log-log), one panel per operation; returns a
+    message (why it was not drawn, or where it went)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot (pip install matplotlib)"
+    groups = list(dict.fromkeys(r.case.group for r in results))
+    cols = 3
+    rows = (len(groups) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 3.2 * rows), squeeze=False)
+    for ax, group in zip(axes.flat, groups, strict=False):
+        names = list(dict.fromkeys(r.case.name for r in results if r.case.group == group))
+        for name in names:
+            pts = [
+                (r.n, r.median)
+                for r in results
+                if r.case.group == group and r.case.name == name and not r.skip
+            ]
+            if not pts:
+                continue
+            ours = any(r.case.ours for r in results if r.case.name == name)
+            xs, ys = zip(*pts, strict=True)
+            ax.loglog(xs, ys, marker="o", linestyle="-" if ours else "--", label=name)
+        ax.set_title(group, fontsize=9)
+        ax.set_xlabel("N", fontsize=8)
+        ax.set_ylabel("seconds", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(groups) :]:
+        ax.axis("off")
+    fig.suptitle("epochplan (solid) vs peers (dashed): median time, log-log", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+    return f"wrote {path}"
+
+
+BENCH_HELP = """\
+Time our implementations against every installed peer, side by side: numpy
+and torch permutations, torch's DistributedSampler, MosaicML Streaming's
+get_partitions and get_shuffle (py1s, py1e). Each case runs in a fresh
+subprocess; the table has medians, speed-ups over the peer and peak memory.
+
+examples:
+  epochplan bench
+  epochplan bench --sizes 1e6 1e7 --repeats 5 --out report.md --plot report.png
+"""
+
+
+def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """Adds the ``bench`` sub-command to ``sub``."""
+    from epochplan.cli import positive
+
+    p = sub.add_parser(
+        "bench",
+        help="compare against the installed peers",
+        description=BENCH_HELP,
+        formatter_class=formatter,
+    )
+    p.add_argument(
+        "--sizes",
+        type=positive,
+        nargs="+",
+        default=[10**6, 10**7, 10**8],
+        metavar="N",
+        help="sample counts (default 1e6 1e7 1e8)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=positive,
+        default=3,
+        metavar="R",
+        help="runs per case, each in a fresh process (default 3)",
+    )
+    p.add_argument(
+        "--timeout", type=positive, default=600, metavar="SECONDS", help="per run (default 600)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the Markdown table here (default: print it)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write a log-log plot of time against N (PNG)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-case lines")
+    p.set_defaults(run=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Runs the benchmark for parsed ``args``."""
+    for path in (args.out, args.plot):
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{path}: directory {path.parent} does not exist")
+    t0 = time.perf_counter()
+    log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
+    try:
+        results = run(sorted(set(args.sizes)), args.repeats, float(args.timeout), log)
+    finally:
+        if args.quiet:
+            log.close()
+    md = table(results, args.repeats)
+    cpu = os.cpu_count()
+    md += (
+        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(f'{n:.0e}' for n in args.sizes)} "
+        f"--repeats {args.repeats}`; {time.perf_counter() - t0:.0f} s in all.\n"
+    )
+    if args.out is not None:
+        args.out.write_text(md)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(md)
+    if args.plot is not None:
+        print(plot(results, args.plot), file=sys.stderr)
+    return 0

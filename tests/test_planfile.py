@@ -1,0 +1,441 @@
+"""Plan directories: written exactly, verified completely, never half-valid."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import epochplan as ep
+from epochplan import _native
+from epochplan.planfile import (
+    MANIFEST,
+    PlanError,
+    open_plan,
+    verify_plan,
+    write_plan,
+)
+
+CASES = [
+    # (N, G, W, kind, chunk parameters, drop_last)
+    (0, 3, 2, "cipher", {}, False),
+    (1, 5, 3, "cipher", {}, False),
+    (1000, 64, 3, "cipher", {}, False),
+    (1001, 64, 8, "uniform", {}, True),
+    (5000, 100, 7, "chunked", {"chunk_size": 37, "preload_nchunks": 4}, False),
+    (777, 50, 4, "identity", {}, True),
+    (70_000, 1000, 2, "cipher", {}, True),
+]
+
+
+def rank_file(d: Path, epoch: int, rank: int) -> Path:
+    return d / f"epoch-{epoch:04d}" / f"rank-{rank:05d}.npy"
+
+
+@pytest.mark.parametrize(("n", "g", "w", "kind", "chunks", "drop_last"), CASES)
+def test_files_hold_the_rank_indices(
+    tmp_path: Path, n: int, g: int, w: int, kind: str, chunks: dict[str, int], drop_last: bool
+) -> None:
+    out = tmp_path / "plan"
+    d = write_plan(out, n, g, w, seed=5, epochs=[2, 0], kind=kind, drop_last=drop_last, **chunks)
+    assert d.epochs == [2, 0]
+    assert (d.num_samples, d.global_batch_size, d.world_size, d.seed, d.kind, d.drop_last) == (
+        n,
+        g,
+        w,
+        5,
+        kind,
+        drop_last,
+    )
+    verify_plan(out)
+    for epoch in (0, 2):
+        plan = ep.EpochPlan(n, g, seed=5, epoch=epoch, kind=kind, drop_last=drop_last, **chunks)
+        seen = []
+        for rank in range(w):
+            want = plan.rank_indices(rank, w)
+            got = d.rank_ids(epoch, rank)
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == np.int64 and not got.flags.writeable
+            # Plain numpy reads the same file, memory-mapped.
+            np.testing.assert_array_equal(np.load(rank_file(out, epoch, rank), mmap_mode="r"), want)
+            seen.append(want)
+        ids = np.sort(np.concatenate(seen))
+        full = (n // g) * g if drop_last else n
+        assert len(ids) == full and len(np.unique(ids)) == full
+        assert d.plan(epoch).state_dict() == plan.state_dict()
+    assert [p.name for p in tmp_path.iterdir()] == ["plan"]
+
+
+def test_header_is_numpys_own() -> None:
+    for count in (0, 1, 12345, 10**10):
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            buf, {"descr": "<i8", "fortran_order": False, "shape": (count,)}
+        )
+        assert _native.npy_header(count) == buf.getvalue()
+
+
+def test_manifest_records_parameters_sizes_and_checksums(tmp_path: Path) -> None:
+    d = write_plan(tmp_path / "p", 10_000, 128, 3, seed=9, epochs=range(1, 3))
+    m = json.loads((tmp_path / "p" / MANIFEST).read_text())
+    assert m["format"] == "epochplan-plan" and m["plan_file_version"] == 1
+    assert m["format_version"] == ep.FORMAT_VERSION
+    assert (m["num_samples"], m["global_batch_size"], m["world_size"], m["seed"]) == (
+        10_000,
+        128,
+        3,
+        9,
+    )
+    assert m["epochs"] == [1, 2] and m["kind"] == "cipher" and m["drop_last"] is False
+    assert len(m["files"]) == 6
+    for f in m["files"]:
+        data = (d.path / f["path"]).read_bytes()
+        assert len(data) == f["bytes"]
+        assert _native.file_checksum(d.path / f["path"]) == f["blake3"]
+        assert f["count"] == ep.EpochPlan(10_000, 128).rank_size(f["rank"], 3)
+    assert m["total_bytes"] == sum(f["bytes"] for f in m["files"])
+
+
+def test_progress_reaches_the_total(tmp_path: Path) -> None:
+    calls: list[tuple[int, int]] = []
+    write_plan(
+        tmp_path / "p", 3_000_000, 100, 2, epochs=(0, 1), progress=lambda a, b: calls.append((a, b))
+    )
+    assert calls[-1] == (6_000_000, 6_000_000)
+    done = [a for a, _ in calls]
+    assert done == sorted(done)
+
+
+def test_existing_output_needs_force(tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2)
+    with pytest.raises(PlanError, match="already exists"):
+        write_plan(out, 100, 10, 2)
+    d = write_plan(out, 50, 10, 3, force=True)
+    assert d.world_size == 3
+    verify_plan(out)
+    other = tmp_path / "notaplan"
+    other.mkdir()
+    (other / "keep.txt").write_text("precious")
+    with pytest.raises(PlanError, match="not a plan directory"):
+        write_plan(other, 100, 10, 2, force=True)
+    assert (other / "keep.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notaplan", "p"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"num_samples": -1}, ValueError),
+        ({"global_batch_size": 0}, ValueError),
+        ({"world_size": 0}, ValueError),
+        ({"num_samples": 1.5}, TypeError),
+        ({"epochs": ()}, ValueError),
+        ({"epochs": (1, 1)}, ValueError),
+        ({"epochs": 3}, TypeError),
+        ({"kind": "nope"}, ValueError),
+        ({"kind": "chunked"}, ValueError),
+        ({"chunk_size": 4}, ValueError),
+        ({"drop_last": 1}, TypeError),
+        ({"num_samples": 10**18}, PlanError),  # more than the disk
+    ],
+)
+def test_bad_arguments(tmp_path: Path, kwargs: dict[str, object], error: type) -> None:
+    args: dict[str, object] = {"num_samples": 100, "global_batch_size": 10, "world_size": 2}
+    args.update(kwargs)
+    with pytest.raises(error):
+        write_plan(tmp_path / "p", **args)  # type: ignore[arg-type]
+    assert not (tmp_path / "p").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------- corruption
+
+
+@pytest.fixture
+def plan_dir(tmp_path: Path) -> Path:
+    out = tmp_path / "plan"
+    write_plan(out, 40_000, 1000, 4, epochs=(0, 1))
+    return out
+
+
+def _edit_manifest(d: Path, change: dict[str, object]) -> None:
+    m = json.loads((d / MANIFEST).read_text())
+    m.update(change)
+    (d / MANIFEST).write_text(json.dumps(m))
+
+
+def _all_fail(d: Path, match: str, epoch: int = 0, rank: int = 1) -> None:
+    """verify_plan, and open_plan + rank_ids, each raise PlanError(match)."""
+    with pytest.raises(PlanError, match=match):
+        verify_plan(d)
+    with pytest.raises(PlanError, match=match):
+        open_plan(d).rank_ids(epoch, rank)
+
+
+def test_truncated_file(plan_dir: Path) -> None:
+    f = rank_file(plan_dir, 1, 2)
+    f.write_bytes(f.read_bytes()[:-8])
+    _all_fail(plan_dir, r"rank-00002\.npy: has \d+ bytes, the manifest says", epoch=1, rank=2)
+
+
+@pytest.mark.parametrize("where", ["data", "header"])
+def test_flipped_byte(plan_dir: Path, where: str) -> None:
+    f = rank_file(plan_dir, 0, 1)
+    data = bytearray(f.read_bytes())
+    data[len(data) - 5 if where == "data" else 40] ^= 0x10
+    f.write_bytes(bytes(data))
+    match = "checksum mismatch" if where == "data" else r"rank-00001\.npy: has (shape|dtype|a )"
+    _all_fail(plan_dir, match)
+
+
+def test_missing_rank_file(plan_dir: Path) -> None:
+    rank_file(plan_dir, 0, 3).unlink()
+    with pytest.raises(PlanError, match=r"rank-00003\.npy: missing rank file"):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match="missing rank file"):
+        verify_plan(plan_dir)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"plan_file_version": 2}, "plan_file_version is 2; this release reads version 1"),
+        ({"format_version": 999}, "format_version is 999"),
+        ({"format": "other"}, "not an epochplan plan manifest"),
+        ({"num_samples": 40_001}, "bad|expected|num_steps"),
+        ({"world_size": 5}, "lists 8 files, expected 2 epochs x 5 ranks"),
+        ({"epochs": [0, 0]}, "duplicates"),
+        ({"kind": "fancy"}, "unknown kind"),
+    ],
+)
+def test_bad_manifest(plan_dir: Path, change: dict[str, object], match: str) -> None:
+    _edit_manifest(plan_dir, change)
+    with pytest.raises(PlanError, match=match):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match=match):
+        verify_plan(plan_dir)
+
+
+def test_missing_or_broken_manifest(plan_dir: Path, tmp_path: Path) -> None:
+    (plan_dir / MANIFEST).write_text("{not json")
+    with pytest.raises(PlanError, match="cannot read the manifest"):
+        open_plan(plan_dir)
+    (plan_dir / MANIFEST).unlink()
+    with pytest.raises(PlanError, match="missing"):
+        verify_plan(plan_dir)
+    with pytest.raises(PlanError, match="does not exist"):
+        open_plan(tmp_path / "nowhere")
+
+
+def test_world_size_epoch_and_rank_must_match(plan_dir: Path) -> None:
+    with pytest.raises(PlanError, match="written for world_size=4, not 3"):
+        open_plan(plan_dir, world_size=3)
+    d = open_plan(plan_dir, world_size=4)
+    with pytest.raises(PlanError, match="written for world_size=4, not 8"):
+        d.rank_ids(0, 1, world_size=8)
+    with pytest.raises(PlanError, match="epoch 7 is not in the plan"):
+        d.rank_ids(7, 0)
+    with pytest.raises(PlanError, match=r"rank must be in \[0, 3\]"):
+        d.rank_ids(0, 4)
+
+
+def _rewrite_ids(d: Path, epoch: int, rank: int, edit: object) -> None:
+    """Changes a file's ids and updates the manifest's checksum, so only the
+    plan invariants can catch it."""
+    f = rank_file(d, epoch, rank)
+    ids = np.load(f).copy()
+    edit(ids)  # type: ignore[operator]
+    f.write_bytes(_native.npy_header(len(ids)) + ids.astype("<i8").tobytes())
+    m = json.loads((d / MANIFEST).read_text())
+    entry = next(e for e in m["files"] if e["epoch"] == epoch and e["rank"] == rank)
+    entry["blake3"] = _native.file_checksum(f)
+    (d / MANIFEST).write_text(json.dumps(m))
+    open_plan(d).rank_ids(epoch, rank)  # the checksum is consistent again
+
+
+def test_duplicate_id_is_caught_by_the_bitmap(plan_dir: Path) -> None:
+    other = np.load(rank_file(plan_dir, 1, 0))
+
+    def dup(ids: np.ndarray) -> None:
+        ids[9000] = other[5]  # past the spot-checked prefix
+
+    _rewrite_ids(plan_dir, 1, 3, dup)
+    with pytest.raises(
+        PlanError, match=rf"epoch-0001/rank-0000[03]\.npy: id {other[5]} .*second time"
+    ):
+        verify_plan(plan_dir)
+
+
+def test_out_of_range_and_altered_ids(plan_dir: Path) -> None:
+    def big(ids: np.ndarray) -> None:
+        ids[9999] = 40_000
+
+    _rewrite_ids(plan_dir, 0, 2, big)
+    with pytest.raises(PlanError, match=r"rank-00002\.npy: id 40000 at index 9999 is outside"):
+        verify_plan(plan_dir)
+
+
+def test_altered_prefix_differs_from_the_plan(plan_dir: Path) -> None:
+    def swap(ids: np.ndarray) -> None:
+        ids[[3, 4]] = ids[[4, 3]]
+
+    _rewrite_ids(plan_dir, 0, 1, swap)
+    with pytest.raises(
+        PlanError, match=r"rank-00001\.npy: id \d+ at index 3 differs from the plan"
+    ):
+        verify_plan(plan_dir)
+
+
+# ------------------------------------------------------------- atomicity
+
+
+def test_keyboard_interrupt_leaves_nothing(tmp_path: Path) -> None:
+    calls = 0
+
+    def progress(done: int, total: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_plan(tmp_path / "p", 50_000_000, 1000, 2, progress=progress)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_error_in_progress_propagates(tmp_path: Path) -> None:
+    def progress(done: int, total: int) -> None:
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        write_plan(tmp_path / "p", 50_000_000, 1000, 2, progress=progress)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _start_writer(out: Path) -> subprocess.Popen[str]:
+    code = textwrap.dedent(
+        f"""
+        from epochplan.planfile import write_plan
+        write_plan({str(out)!r}, 60_000_000, 1000, 2, epochs=(0, 1))
+        """
+    )
+    return subprocess.Popen([sys.executable, "-c", code], text=True)
+
+
+def _wait_for_partial(parent: Path, timeout: float = 60) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in parent.iterdir():
+            if ".partial-" in p.name:
+                files = list(p.rglob("*.npy"))
+                if files and files[0].stat().st_size > 1 << 20:
+                    return p
+        time.sleep(0.02)
+    raise AssertionError("the writer did not start")
+
+
+def test_sigkill_mid_write_leaves_nothing_valid(tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    proc = _start_writer(out)
+    partial = _wait_for_partial(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    with pytest.raises(PlanError):
+        open_plan(out)
+    with pytest.raises(PlanError, match="missing"):
+        verify_plan(partial)
+    # The next write to the same place removes the dead writer's leftovers.
+    write_plan(out, 1000, 10, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+    verify_plan(out)
+
+
+def test_sigint_mid_write_cleans_up(tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochplan.cli", "plan", "-n", "6e7", "-w", "2", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_partial(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert stderr.strip() == "epochplan plan: interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------- resources
+
+
+def _peak_rss_of_write(tmp_path: Path, n: int) -> int:
+    out = tmp_path / f"p{n}"
+    code = textwrap.dedent(
+        f"""
+        import resource
+        from epochplan.planfile import write_plan
+        import epochplan
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        write_plan({str(out)!r}, {n}, 4096, 1)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    size = sum(f.stat().st_size for f in out.rglob("*.npy"))
+    assert size > 8 * n
+    return int(res.stdout.strip()) * 1024
+
+
+def test_memory_does_not_grow_with_n(tmp_path: Path) -> None:
+    small = _peak_rss_of_write(tmp_path, 1_000_000)
+    large = _peak_rss_of_write(tmp_path, 40_000_000)  # a 320 MB file
+    # Buffers are a few 8 MiB chunks either way; the file is 40x larger.
+    assert large < 80 * 2**20, large
+    assert large - small < 32 * 2**20, (small, large)
+
+
+def test_gil_is_released_while_writing(tmp_path: Path) -> None:
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    seen: list[int] = []
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        write_plan(tmp_path / "p", 20_000_000, 1000, 2, progress=lambda a, b: seen.append(ticks))
+    finally:
+        stop.set()
+        t.join()
+    assert len(seen) >= 2
+    # The counting thread kept running between progress calls.
+    assert seen[-1] - seen[0] > 10_000, seen
+
+
+def test_files_load_in_a_forked_worker(tmp_path: Path) -> None:
+    d = write_plan(tmp_path / "p", 10_000, 100, 2)
+    want = d.rank_ids(0, 1).sum()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        ok = open_plan(d.path).rank_ids(0, 1).sum() == want
+        verify_plan(d.path)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
