@@ -12,6 +12,7 @@ a log-log plot of time against N.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -180,7 +181,7 @@ CASES: list[Case] = [
         _STREAMING + "from streaming.base.partition import get_partitions",
         f"get_partitions('orig', {_PARTITION_ARGS})",
         40,
-        needs=("streaming",),
+        needs=("find:streaming",),
     ),
     Case(
         "Streaming get_partitions",
@@ -198,7 +199,7 @@ CASES: list[Case] = [
         "get_shuffle('py1s', shard_sizes, 8, 0, 0)",
         40,
         setup=_SHARDS,
-        needs=("streaming",),
+        needs=("find:streaming",),
     ),
     Case(
         "Streaming get_shuffle py1s",
@@ -217,7 +218,7 @@ CASES: list[Case] = [
         "get_shuffle('py1e', shard_sizes, 8, 0, 0)",
         48,
         setup=_SHARDS,
-        needs=("streaming",),
+        needs=("find:streaming",),
     ),
     Case(
         "Streaming get_shuffle py1e",
@@ -257,7 +258,12 @@ def _available_memory() -> int | None:
 
 
 def _importable(spec: str) -> str:
-    """Empty when ``module[:attribute]`` imports, else the reason."""
+    """Empty when ``module[:attribute]`` imports (``find:module``: is
+    installed, without importing it), else the reason."""
+    if spec.startswith("find:"):
+        module = spec[5:]
+        found = importlib.util.find_spec(module) is not None
+        return "" if found else f"{module} is not installed"
     module, _, attr = spec.partition(":")
     code = f"import {module}" + (f"; {module}.{attr}" if attr else "")
     try:
@@ -288,12 +294,18 @@ def run_case(case: Case, n: int, timeout: float) -> dict[str, Any]:
     return out
 
 
-def run(sizes: list[int], repeats: int, timeout: float, log: Any = sys.stderr) -> list[Result]:
+def run(
+    sizes: list[int],
+    repeats: int,
+    timeout: float,
+    log: Any = sys.stderr,
+    cases: list[Case] | None = None,
+) -> list[Result]:
     """Runs every case at every size; prints a line per case to ``log``."""
     missing: dict[str, str] = {}
     results: list[Result] = []
     avail = _available_memory()
-    for case in CASES:
+    for case in CASES if cases is None else cases:
         for spec in case.needs:
             if spec not in missing:
                 missing[spec] = _importable(spec)
@@ -453,6 +465,12 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         metavar="FILE",
         help="write a log-log plot of time against N (PNG)",
     )
+    p.add_argument(
+        "--filter",
+        default=None,
+        metavar="TEXT",
+        help="only the cases whose operation or implementation contains TEXT",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no per-case lines")
     p.set_defaults(run=main)
 
@@ -465,7 +483,14 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
     try:
-        results = run(sorted(set(args.sizes)), args.repeats, float(args.timeout), log)
+        cases = [
+            c
+            for c in CASES
+            if args.filter is None or args.filter.lower() in f"{c.group} {c.name}".lower()
+        ]
+        if not cases:
+            raise ValueError(f"--filter {args.filter!r} matches no case")
+        results = run(sorted(set(args.sizes)), args.repeats, float(args.timeout), log, cases)
     finally:
         if args.quiet:
             log.close()
