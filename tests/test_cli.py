@@ -1,0 +1,165 @@
+"""The epochplan command, run as users run it: in a subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import epochplan as ep
+from epochplan.planfile import open_plan
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "epochplan.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("command", [[], ["plan"], ["verify"], ["permute"], ["bench"]])
+def test_help_has_examples(command: list[str]) -> None:
+    res = cli(*command, "--help")
+    assert res.returncode == 0, res.stderr
+    assert "examples:" in res.stdout
+    assert "epochplan " + (command[0] if command else "plan") in res.stdout
+
+
+def test_plan_then_verify(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    res = cli(
+        "plan", "-n", "10_000", "-g", "64", "-w", "3", "--epoch", "2", "--epochs", "2",
+        "--seed", "7", "--out", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "checksums ok" in res.stdout
+    assert res.stderr == ""  # not a terminal: no progress bar
+    d = open_plan(out)
+    assert (d.num_samples, d.global_batch_size, d.world_size, d.seed, d.epochs) == (
+        10_000,
+        64,
+        3,
+        7,
+        [2, 3],
+    )
+    np.testing.assert_array_equal(
+        d.rank_ids(3, 1), ep.EpochPlan(10_000, 64, seed=7, epoch=3).rank_indices(1, 3)
+    )
+    res = cli("verify", str(out))
+    assert res.returncode == 0 and res.stdout.startswith(f"{out}: ok (6 files")
+    assert cli("verify", "--quiet", str(out)).stdout == ""
+
+
+def test_plan_into_a_temporary_directory_is_removed(tmp_path: Path) -> None:
+    res = cli("plan", "-n", "1e5", "-w", "4")
+    assert res.returncode == 0, res.stderr
+    where = re.search(r"-> (\S+)", res.stdout)
+    assert where is not None
+    assert not Path(where.group(1)).exists()
+    for word in ("wrote 4 files", "ids/s", "checksums ok", "disk:", "peak memory"):
+        assert word in res.stdout
+    assert cli("plan", "-n", "1e5", "-q").stdout == ""
+
+
+def test_permute_summary() -> None:
+    res = cli("permute", "-n", "1000", "--seed", "3", "--epoch", "1")
+    assert res.returncode == 0, res.stderr
+    ids = ep.permutation(1000, seed=3, epoch=1)
+    first = ", ".join(str(x) for x in ids[:8])
+    assert f"first ids: [{first}, ...]" in res.stdout
+    digest = hashlib.blake2b(ids.astype("<i8").tobytes(), digest_size=16).hexdigest()
+    assert digest in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["plan", "-n", "abc"], 2, "expected a non-negative integer"),
+        (["plan", "-n", "-5"], 2, "expected a non-negative integer"),
+        (["plan", "-g", "0"], 2, "must be >= 1"),
+        (["plan", "-w", "1.5"], 2, "expected a non-negative integer"),
+        (["plan", "--kind", "fancy"], 2, "invalid choice"),
+        (["plan", "-n", "10", "--kind", "chunked"], 1, "needs --chunk-size"),
+        (["plan", "-n", "10", "--chunk-size", "3"], 1, "apply to --kind chunked only"),
+        (["plan", "-n", "1e19"], 1, "num_samples must be an int in"),
+        (["plan", "-n", "10", "-w", "3000000"], 1, "world_size must be an int in"),
+        (["plan", "-n", "10**15", "-w", "2"], 1, "of disk, only"),
+        (["verify"], 2, "the following arguments are required: DIR"),
+        (["permute", "-n", "1e15"], 1, "of memory"),
+        (["bench", "--repeats", "0"], 2, "must be >= 1"),
+        (["bench", "--filter", "nothing-like-this"], 1, "matches no case"),
+        (["nope"], 2, "invalid choice"),
+    ],
+)
+def test_user_mistakes_are_one_line(args: list[str], code: int, message: str) -> None:
+    res = cli(*args)
+    assert res.returncode == code, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert message in lines[0]
+
+
+def test_missing_directory_and_existing_output(tmp_path: Path) -> None:
+    res = cli("verify", str(tmp_path / "nowhere"))
+    assert res.returncode == 1
+    assert res.stderr.strip() == f"epochplan verify: error: {tmp_path / 'nowhere'}: does not exist"
+    out = tmp_path / "p"
+    assert cli("plan", "-n", "100", "-g", "10", "-w", "2", "--out", str(out)).returncode == 0
+    res = cli("plan", "-n", "100", "-g", "10", "-w", "2", "--out", str(out))
+    assert res.returncode == 1
+    assert res.stderr.strip().endswith("already exists (use force=True, or --force, to replace it)")
+    res = cli("plan", "-n", "100", "-g", "10", "-w", "5", "--out", str(out), "--force", "-q")
+    assert res.returncode == 0 and open_plan(out).world_size == 5
+
+
+def test_verify_names_the_corrupt_file(tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    assert cli("plan", "-n", "5000", "-g", "100", "-w", "3", "--out", str(out)).returncode == 0
+    f = out / "epoch-0000" / "rank-00002.npy"
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 1
+    f.write_bytes(bytes(data))
+    res = cli("verify", str(out))
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"epochplan verify: error: {f}: checksum mismatch")
+
+
+def test_bench_writes_a_table_and_a_plot(tmp_path: Path) -> None:
+    md, png = tmp_path / "r.md", tmp_path / "r.png"
+    res = cli(
+        "bench", "--sizes", "1000", "2000", "--repeats", "2", "--filter", "permutation",
+        "--out", str(md), "--plot", str(png),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    table = md.read_text()
+    for name in ("numpy default_rng().permutation", "**epochplan permutation(kind='uniform')**"):
+        assert name in table
+    rows = [line for line in table.splitlines() if line.startswith("| full permutation")]
+    assert len(rows) == 8  # 4 implementations x 2 sizes
+    assert any(re.search(r"\| \d+\.\dx \|", r) for r in rows)  # a speed-up column
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in res.stderr
+    else:
+        assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_loads_streaming_without_its_package_init() -> None:
+    if importlib.util.find_spec("streaming") is None:
+        pytest.skip("mosaicml-streaming is not installed")
+    res = cli("bench", "--sizes", "20000", "--repeats", "1", "--filter", "get_shuffle py1s")
+    assert res.returncode == 0, res.stderr
+    peer = [line for line in res.stdout.splitlines() if "streaming get_shuffle('py1s')" in line]
+    assert len(peer) == 1 and "skipped" not in peer[0], res.stdout
