@@ -569,19 +569,14 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
             f"{mpath}: lists {len(files)} files, expected {len(epochs)} epochs x {w} ranks"
         )
     try:
-        sizes = _sizes_plan(
-            _plan_params(
-                d.num_samples,
-                d.global_batch_size,
-                d.seed,
-                kind,
-                d.chunk_size,
-                d.preload_nchunks,
-                d.drop_last,
-            )
+        sizes = EpochPlan(
+            d.num_samples,
+            d.global_batch_size,
+            kind="identity" if kind == "uniform" else kind,
+            chunk_size=d.chunk_size,
+            preload_nchunks=d.preload_nchunks,
+            drop_last=d.drop_last,
         )
-        if kind == "chunked":
-            d.plan(epochs[0])
     except (ValueError, TypeError, OverflowError) as e:
         raise PlanError(f"{mpath}: bad plan parameters: {e}") from None
     if m.get("num_steps") != sizes.num_steps:
