@@ -346,24 +346,37 @@ def _reference(results: list[Result], res: Result) -> Result | None:
     return None
 
 
+def _n(n: int) -> str:
+    exp = len(str(n)) - 1
+    return f"10^{exp}" if n == 10**exp else f"{n:,}"
+
+
 def table(results: list[Result], repeats: int) -> str:
-    """The Markdown table of the results."""
+    """The Markdown table of the results (a case skipped at every size for
+    the same reason is one row)."""
     lines = [
         f"| operation | implementation | N | median time (s, {repeats} runs) "
         "| speed-up vs peer | peak memory (MB) |",
         "|---|---|---:|---:|---:|---:|",
     ]
+    done: set[tuple[str, str]] = set()
     for res in results:
         name = f"**{res.case.name}**" if res.case.ours else res.case.name
         if res.case.note:
             name += f" ({res.case.note})"
+        same = [r for r in results if r.case is res.case]
+        if len({r.skip for r in same}) == 1 and res.skip:
+            if (res.case.group, res.case.name) not in done:
+                done.add((res.case.group, res.case.name))
+                lines.append(f"| {res.case.group} | {name} | all | skipped: {res.skip} | | |")
+            continue
         if res.skip:
-            lines.append(f"| {res.case.group} | {name} | {res.n:.0e} | skipped: {res.skip} | | |")
+            lines.append(f"| {res.case.group} | {name} | {_n(res.n)} | skipped: {res.skip} | | |")
             continue
         ref = _reference(results, res)
         ratio = f"{ref.median / res.median:.1f}x" if ref is not None and res.case.ours else ""
         lines.append(
-            f"| {res.case.group} | {name} | {res.n:.0e} | {res.median:.4f} | {ratio} "
+            f"| {res.case.group} | {name} | {_n(res.n)} | {res.median:.4f} | {ratio} "
             f"| {res.peak / 1e6:.0f} |"
         )
     return "\n".join(lines) + "\n"
@@ -497,7 +510,7 @@ def main(args: argparse.Namespace) -> int:
     md = table(results, args.repeats)
     cpu = os.cpu_count()
     md += (
-        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(f'{n:.0e}' for n in args.sizes)} "
+        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(_n(n) for n in args.sizes)} "
         f"--repeats {args.repeats}`; {time.perf_counter() - t0:.0f} s in all.\n"
     )
     if args.out is not None:

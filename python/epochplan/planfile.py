@@ -148,8 +148,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _is_replaceable(path: Path) -> bool:
-    """An empty directory or a plan directory (never anything else)."""
-    if not path.is_dir():
+    """An empty directory or a plan directory (never anything else, nor a link)."""
+    if path.is_symlink() or not path.is_dir():
         return False
     if not any(path.iterdir()):
         return True
@@ -633,6 +633,12 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
         PlanError: naming the file and its first violation.
     """
     d = open_plan(path)
+    avail = _available_memory()
+    if avail is not None and d.num_samples // 8 > avail:
+        raise PlanError(
+            f"{d.path}: verifying needs a bitmap of N/8 = {_gb(d.num_samples // 8)} "
+            f"of memory, {_gb(avail)} is available"
+        )
     files: Sequence[dict[str, Any]] = d.manifest["files"]
     w = d.world_size
     total = sum(int(f["bytes"]) for f in files)

@@ -549,7 +549,15 @@ impl Bitmap {
     fn new(n: u64) -> Result<Bitmap> {
         let words = usize::try_from(n.div_ceil(64))
             .map_err(|_| Error::Overflow(format!("a bitmap of {n} bits does not fit")))?;
-        Ok(Bitmap((0..words).map(|_| AtomicU64::new(0)).collect()))
+        let mut bits = Vec::new();
+        bits.try_reserve_exact(words).map_err(|_| {
+            Error::Overflow(format!(
+                "the coverage bitmap of N/8 = {} bytes does not fit in memory",
+                n.div_ceil(8)
+            ))
+        })?;
+        bits.extend((0..words).map(|_| AtomicU64::new(0)));
+        Ok(Bitmap(bits))
     }
 
     /// Sets bit `i`; true when it was already set.
