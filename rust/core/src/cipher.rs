@@ -5,15 +5,18 @@
 //! `bits` = max(2, bit length of `n - 1`), with cycle-walking back into
 //! `[0, n)`. The value is split into `hi` (`ceil(bits/2)` bits) and `lo`
 //! (`floor(bits/2)` bits); each pair of rounds does
-//! `hi ^= F(lo); lo ^= F(hi)` with `F(x)` = the top bits of `(x ^ k) * m mod 2^64`
-//! (Dietzfelbinger's multiply-shift hash) with a fresh 64-bit key `k` and odd
-//! multiplier `m` per round. Every round is
+//! `hi ^= F(lo); lo ^= F(hi)` with `F(x)` = the top bits of SplitMix64's output
+//! function (Stafford's "variant 13" mixer) applied to `x ^ k`, with a fresh
+//! 64-bit key `k` per round. The mixer's constants are fixed, so no key can be
+//! weak (a keyed multiplier, as in plain multiply-shift hashing, is nearly
+//! affine when it is close to a fraction with a small denominator, and such
+//! keys give visibly related ids at power-of-two distances). Every round is
 //! invertible on its own, so the network is a bijection of `[0, 2^bits)`, and
 //! cycle-walking (re-encrypting until the value is below `n`) restricts it to a
 //! bijection of `[0, n)` for every `n`, including `2^k` and `2^k + 1`.
 //! Using the next power of two (not the next even power) keeps the expected
 //! walk below two encryptions. Six rounds: a Feistel network needs four with
-//! ideal round functions; two more give margin for a universal-hash round.
+//! ideal round functions; two more give margin.
 
 use crate::keys::SplitMix64;
 
@@ -30,8 +33,16 @@ pub struct Cipher {
     /// Right shifts that keep the top `hi_bits` / `lo_bits` of a product.
     hi_shift: u32,
     lo_shift: u32,
-    xor_keys: [u64; ROUNDS],
-    mul_keys: [u64; ROUNDS],
+    keys: [u64; ROUNDS],
+}
+
+/// The round function before truncation: SplitMix64's mixer of `x ^ key`.
+/// Only its top bits are used, so its last xor-shift is left out.
+#[inline(always)]
+fn mix(x: u64, key: u64) -> u64 {
+    let z = x ^ key;
+    let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB)
 }
 
 impl Cipher {
@@ -40,17 +51,14 @@ impl Cipher {
         let bits = (64 - n.saturating_sub(1).leading_zeros()).max(2);
         let hi_bits = bits.div_ceil(2);
         let lo_bits = bits - hi_bits;
-        let mut xs = SplitMix64::new(key[0]);
-        let mut ms = SplitMix64::new(key[1]);
-        let xor_keys = std::array::from_fn(|_| xs.next_u64());
-        let mul_keys = std::array::from_fn(|_| ms.next_u64() | 1);
+        let mut stream = SplitMix64::new(key[0] ^ key[1].rotate_left(29));
+        let keys = std::array::from_fn(|_| stream.next_u64());
         Self {
             n,
             lo_bits,
             hi_shift: 64 - hi_bits,
             lo_shift: 64 - lo_bits,
-            xor_keys,
-            mul_keys,
+            keys,
         }
     }
 
@@ -70,8 +78,8 @@ impl Cipher {
         let mut lo = x & ((1 << self.lo_bits) - 1);
         let mut r = 0;
         while r < ROUNDS {
-            hi ^= (lo ^ self.xor_keys[r]).wrapping_mul(self.mul_keys[r]) >> self.hi_shift;
-            lo ^= (hi ^ self.xor_keys[r + 1]).wrapping_mul(self.mul_keys[r + 1]) >> self.lo_shift;
+            hi ^= mix(lo, self.keys[r]) >> self.hi_shift;
+            lo ^= mix(hi, self.keys[r + 1]) >> self.lo_shift;
             r += 2;
         }
         (hi << self.lo_bits) | lo
@@ -84,8 +92,8 @@ impl Cipher {
         let mut r = ROUNDS;
         while r > 0 {
             r -= 2;
-            lo ^= (hi ^ self.xor_keys[r + 1]).wrapping_mul(self.mul_keys[r + 1]) >> self.lo_shift;
-            hi ^= (lo ^ self.xor_keys[r]).wrapping_mul(self.mul_keys[r]) >> self.hi_shift;
+            lo ^= mix(hi, self.keys[r + 1]) >> self.lo_shift;
+            hi ^= mix(lo, self.keys[r]) >> self.hi_shift;
         }
         (hi << self.lo_bits) | lo
     }
