@@ -163,3 +163,35 @@ def test_bench_loads_streaming_without_its_package_init() -> None:
     assert res.returncode == 0, res.stderr
     peer = [line for line in res.stdout.splitlines() if "streaming get_shuffle('py1s')" in line]
     assert len(peer) == 1 and "skipped" not in peer[0], res.stdout
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochplan.cli", "plan", "-n", "3e7", "-w", "2"],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+    )
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=300) == 0
+    os.close(main)
+    text = b"".join(chunks).decode(errors="replace")
+    assert "writing:" in text and "B/s" in text  # a bar with its rate
+    assert "checksums ok" in text
