@@ -256,9 +256,13 @@ class _StridedSampler(Sampler[int]):
         return list(ids.tolist())
 
     def __iter__(self) -> Iterator[int]:
+        # Eager bookkeeping: the state right after iter() is this iteration's start.
         first, self._resume = (self._resume or 0), None
-        progress = self._progress
-        progress.live, progress.done = None, first
+        self._progress = _ChunkProgress()
+        self._progress.done = first
+        return self._generate(first, self._progress)
+
+    def _generate(self, first: int, progress: _ChunkProgress) -> Iterator[int]:
         count = self.num_samples
         if first >= count:
             return
@@ -668,8 +672,12 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         ]
 
     def __iter__(self) -> Iterator[WeightedIndices]:
+        # Eager bookkeeping: the state right after iter() is this iteration's start.
         first, self._resume = (self._resume or 0), None
         self._next_step = first
+        return self._generate(first)
+
+    def _generate(self, first: int) -> Iterator[WeightedIndices]:
         for step in range(first, self._plan.num_steps):
             for batch in self.step_micro_batches(step):
                 # Where a resume would start if this is the last batch consumed.
