@@ -362,6 +362,28 @@ def test_weights_reach_the_training_loop(num_workers: int) -> None:
         assert (batch.step, batch.step_end) == (mb.step, mb.step_end)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_plain_dataloader_resumes_from_a_loaded_state(num_workers: int) -> None:
+    # A DataLoader calls iter(batch_sampler) twice before the first batch.
+    sampler = et.ElasticBatchSampler(100, 16, 4, num_replicas=2, rank=1, seed=5)
+    full = [list(mb) for mb in sampler]
+    sampler.load_state_dict(sampler.state_dict_at_step(3))
+    loader = DataLoader(
+        sampler.wrap_dataset(Squares(100)),
+        batch_sampler=sampler,
+        collate_fn=sampler.collate(),
+        num_workers=num_workers,
+    )
+    assert len(loader) == len(full) - 3 * 2
+    assert [b.indices.tolist() for b in loader] == full[3 * 2 :]
+    assert [b.indices.tolist() for b in loader] == full  # the next epoch pass: from step 0
+    strided = et.DistributedSampler(range(100), 3, 2)
+    head = list(strided)
+    strided.load_state_dict({"epoch": 0, "seed": 0, "yielded": 10})
+    plain = DataLoader(range(100), sampler=strided, batch_size=4, num_workers=num_workers)
+    assert [i for b in plain for i in b.tolist()] == head[10:]
+
+
 def test_collate_without_wrapped_dataset_says_what_to_do() -> None:
     sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0)
     loader = DataLoader(Squares(10), batch_sampler=sampler, collate_fn=sampler.collate())

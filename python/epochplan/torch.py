@@ -188,8 +188,8 @@ def _num_samples_of(value: object, name: str) -> int:
 class _ChunkProgress:
     """Counts the items a lazy, chunked iteration has handed out."""
 
-    def __init__(self) -> None:
-        self.done = 0
+    def __init__(self, done: int = 0) -> None:
+        self.done = done
         self.live: tuple[int, int, Iterator[int]] | None = None
 
     def yielded(self) -> int:
@@ -256,13 +256,14 @@ class _StridedSampler(Sampler[int]):
         return list(ids.tolist())
 
     def __iter__(self) -> Iterator[int]:
-        # Eager bookkeeping: the state right after iter() is this iteration's start.
-        first, self._resume = (self._resume or 0), None
-        self._progress = _ChunkProgress()
-        self._progress.done = first
-        return self._generate(first, self._progress)
+        # A DataLoader calls iter() more than once before it takes the first index, so
+        # a loaded position is consumed at the first next(), not here.
+        self._progress = _ChunkProgress(self._resume or 0)
+        return self._generate()
 
-    def _generate(self, first: int, progress: _ChunkProgress) -> Iterator[int]:
+    def _generate(self) -> Iterator[int]:
+        first, self._resume = (self._resume or 0), None
+        progress = self._progress = _ChunkProgress(first)
         count = self.num_samples
         if first >= count:
             return
@@ -672,12 +673,14 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         ]
 
     def __iter__(self) -> Iterator[WeightedIndices]:
-        # Eager bookkeeping: the state right after iter() is this iteration's start.
+        # A DataLoader calls iter() more than once before it takes the first batch, so
+        # a loaded position is consumed at the first next(), not here.
+        self._next_step = self._resume or 0
+        return self._generate()
+
+    def _generate(self) -> Iterator[WeightedIndices]:
         first, self._resume = (self._resume or 0), None
         self._next_step = first
-        return self._generate(first)
-
-    def _generate(self, first: int) -> Iterator[WeightedIndices]:
         for step in range(first, self._plan.num_steps):
             for batch in self.step_micro_batches(step):
                 # Where a resume would start if this is the last batch consumed.
