@@ -472,6 +472,25 @@ def test_stateful_dataloader_resumes_on_another_world_size(num_workers: int) -> 
     assert sorted(done + real) == list(range(301))
 
 
+def test_distributed_sampler_inside_stateful_dataloader() -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader() -> StatefulDataLoader:
+        sampler = et.DistributedSampler(range(5000), 3, 1, seed=8)
+        sampler.set_epoch(4)
+        return StatefulDataLoader(range(5000), sampler=sampler, batch_size=100)
+
+    full = [i for b in loader() for i in b.tolist()]
+    first = loader()
+    it = iter(first)
+    head = [i for _ in range(7) for i in next(it).tolist()]
+    state = first.state_dict()
+    again = loader()
+    again.sampler.set_epoch(0)  # the state restores the epoch
+    again.load_state_dict(state)
+    assert head + [i for b in again for i in b.tolist()] == full
+
+
 def test_chunk_sampler_windows_touch_at_most_preload_nchunks() -> None:
     n, c, k = 1037, 10, 3
     perm = np.asarray(ep.Permutation(n, seed=4, kind="chunked", chunk_size=c, preload_nchunks=k))
