@@ -384,6 +384,53 @@ def test_plain_dataloader_resumes_from_a_loaded_state(num_workers: int) -> None:
     assert [i for b in plain for i in b.tolist()] == head[10:]
 
 
+class Batched(Squares):
+    """A dataset whose __getitems__ returns a ready batch (a dict), not a list."""
+
+    def __getitems__(self, ids: list[int]) -> dict[str, torch.Tensor]:
+        return {"ids": torch.tensor(ids)}
+
+
+def test_wrapped_dataset_passes_getitems_batches_through() -> None:
+    sampler = et.ElasticBatchSampler(30, 8, 3, num_replicas=2, rank=0)
+    loader = DataLoader(
+        sampler.wrap_dataset(Batched(30)),
+        batch_sampler=sampler,
+        collate_fn=sampler.collate(collate_fn=lambda batch: batch, dtype=torch.float64),
+    )
+    for batch, mb in zip(loader, sampler, strict=True):
+        assert batch.data["ids"].tolist() == batch.indices.tolist() == list(mb)
+        assert batch.sample_weight.tolist() == mb.weights.tolist()
+    plain = DataLoader(sampler.wrap_dataset(Batched(30)), batch_size=4, collate_fn=lambda b: b)
+    assert next(iter(plain))["ids"].tolist() == [0, 1, 2, 3]
+
+
+def test_subclass_hooks_serve_precomputed_plans() -> None:
+    """A subclass reading a rank's ids from a precomputed array (as plan files would)."""
+
+    class Precomputed(et.ElasticBatchSampler):
+        def _build_plan(self, epoch: int) -> ep.EpochPlan:
+            plan = super()._build_plan(epoch)
+            self.table = plan.rank_indices(self.rank, self.num_replicas)
+            return plan
+
+        def _step_ids(self, step: int) -> np.ndarray:
+            a = self.plan.rank_step_offset(step, self.rank, self.num_replicas)
+            z = self.plan.rank_step_offset(step + 1, self.rank, self.num_replicas)
+            return self.table[a:z]
+
+    for r in range(3):
+        kw = {"num_replicas": 3, "rank": r, "seed": 2}
+        mine, base = Precomputed(500, 48, 5, **kw), et.ElasticBatchSampler(500, 48, 5, **kw)
+        for s in (mine, base):
+            s.set_epoch(3)
+        assert [(list(m), m.weights.tolist(), m.step) for m in mine] == [
+            (list(m), m.weights.tolist(), m.step) for m in base
+        ]
+        mine.load_state_dict(base.state_dict_at_step(4))
+        assert next(iter(mine)).step == 4
+
+
 def test_collate_without_wrapped_dataset_says_what_to_do() -> None:
     sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0)
     loader = DataLoader(Squares(10), batch_sampler=sampler, collate_fn=sampler.collate())

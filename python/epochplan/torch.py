@@ -436,11 +436,20 @@ class WeightedIndices(list[int]):
 
 
 class _WeightedSamples(list[Any]):
-    """The samples of one micro-batch and the :class:`WeightedIndices` they came from."""
+    """The samples of one micro-batch and the :class:`WeightedIndices` they came from.
 
-    def __init__(self, samples: Sequence[Any], indices: WeightedIndices) -> None:
-        super().__init__(samples)
+    A dataset whose ``__getitems__`` returns something other than a list (a
+    ready batch) keeps it in ``batch``, handed to the collate function as is.
+    """
+
+    def __init__(self, samples: Any, indices: WeightedIndices) -> None:
+        is_list = isinstance(samples, list)
+        super().__init__(samples if is_list else ())
         self.indices = indices
+        self.batch = None if is_list else samples
+
+    def collate_input(self) -> Any:
+        return list(self) if self.batch is None else self.batch
 
 
 class WeightedDataset(Dataset[Any]):
@@ -468,7 +477,7 @@ class WeightedDataset(Dataset[Any]):
         samples = getitems(ids) if getitems else [self.dataset[i] for i in ids]
         if isinstance(indices, WeightedIndices):
             return _WeightedSamples(samples, indices)
-        return list(samples)
+        return samples
 
     def __repr__(self) -> str:
         return f"WeightedDataset({self.dataset!r})"
@@ -517,7 +526,7 @@ class WeightedCollate:
             )
         batch = samples.indices
         return WeightedBatch(
-            data=self.collate_fn(list(samples)),
+            data=self.collate_fn(samples.collate_input()),
             sample_weight=torch.as_tensor(batch.weights, dtype=self.dtype),
             indices=torch.tensor(list(batch), dtype=torch.int64),
             step=batch.step,
