@@ -285,30 +285,40 @@ impl Generator {
         }
     }
 
-    /// Checks `low < high` (both int64) and returns the inclusive range width.
-    fn int64_range(low: i64, high: i64) -> Result<u64> {
+    /// `integers(low, high)` with the default int64 dtype: one value in
+    /// `[low, high)`.
+    pub fn integers(&mut self, low: i64, high: i64) -> Result<i64> {
         if low >= high {
             return Err(Error::Value(format!(
                 "integers needs low < high, got low={low}, high={high}"
             )));
         }
-        Ok((high as i128 - 1 - low as i128) as u64)
+        self.integers_closed(low, high - 1)
     }
 
-    /// `integers(low, high)` with the default int64 dtype: one value in
-    /// `[low, high)`.
-    pub fn integers(&mut self, low: i64, high: i64) -> Result<i64> {
-        let rng = Self::int64_range(low, high)?;
+    /// `integers(low, high + 1)` (int64): one value in `[low, high]`, for a
+    /// `high` of `2^63 - 1` too.
+    pub fn integers_closed(&mut self, low: i64, high: i64) -> Result<i64> {
+        let rng = Self::closed_width(low, high)?;
         Ok((low as u64).wrapping_add(self.bounded_u64(rng)) as i64)
     }
 
-    /// `integers(low, high, size=out.len())` with the default int64 dtype.
-    pub fn integers_fill(&mut self, low: i64, high: i64, out: &mut [i64]) -> Result<()> {
-        let rng = Self::int64_range(low, high)?;
+    /// `integers(low, high + 1, size=out.len())` (int64): values in `[low, high]`.
+    pub fn integers_closed_fill(&mut self, low: i64, high: i64, out: &mut [i64]) -> Result<()> {
+        let rng = Self::closed_width(low, high)?;
         for v in out.iter_mut() {
             *v = (low as u64).wrapping_add(self.bounded_u64(rng)) as i64;
         }
         Ok(())
+    }
+
+    fn closed_width(low: i64, high: i64) -> Result<u64> {
+        if low > high {
+            return Err(Error::Value(format!(
+                "integers needs low <= high (inclusive), got low={low}, high={high}"
+            )));
+        }
+        Ok(high.wrapping_sub(low) as u64)
     }
 
     /// A uniform integer in `[0, max]` by masked rejection (numpy's

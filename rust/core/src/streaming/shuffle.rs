@@ -1,1 +1,560 @@
-//! (to be written)
+//! MosaicML Streaming's shard-aware shuffles (`streaming.base.shuffle`,
+//! mosaicml-streaming 0.13.0), bit for bit.
+//!
+//! Every algorithm draws from numpy generators seeded like Streaming's
+//! (`default_rng(seed)` for the order of shards, fixed over a run, and
+//! `default_rng(seed + epoch)` for the epoch), in the same order, so the
+//! output is identical:
+//!
+//! - `naive`: a permutation of all samples.
+//! - `py1s`: shards shuffled, cut at canonical-node boundaries, the pieces of
+//!   each node shuffled, each piece's samples shuffled.
+//! - `py2s`: like `py1s` with the samples shuffled twice (once for the run,
+//!   once for the epoch).
+//! - `py1br`: like `py1s`, then each node shuffled in staggered blocks of
+//!   random size in `[0.75, 1.25) * block_size`.
+//! - `py1e`: like `py1s`, then each sample's position moved by a uniform
+//!   shift within its piece's random block, and each node sorted by the
+//!   shifted positions.
+//!
+//! Where Streaming leaves the order undefined: `py1e` sorts with numpy's
+//! unstable `argsort`, whose order for equal shifted positions depends on the
+//! CPU's SIMD dispatch. Here equal shifted positions keep their position
+//! order (what `argsort(kind="stable")` gives). Equal positions need two
+//! shifted positions to round to the same double, which is vanishingly rare;
+//! without them the output is identical.
+//!
+//! `py1e` sorts by a counting sort on the integer part of the shifted
+//! positions (each lies within its canonical node), which is exact and
+//! linear; nodes are sorted on the pool while the next node's random draws
+//! are made.
+
+use super::numpy_rng::Generator;
+use crate::error::{Error, Result};
+use crate::parallel;
+
+/// The largest number of canonical nodes accepted.
+pub const MAX_CANONICAL_NODES: u64 = 1 << 20;
+
+/// A shuffle algorithm of Streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    /// All samples permuted together.
+    Naive,
+    /// Shards, then samples within each shard piece, shuffled once.
+    Py1s,
+    /// Samples within shards shuffled twice (run and epoch).
+    Py2s,
+    /// Shuffled in staggered blocks of random size.
+    Py1br,
+    /// Samples spread by uniform shifts within random blocks.
+    Py1e,
+}
+
+impl Algo {
+    /// Every algorithm, in Streaming's order of names.
+    pub const ALL: [Algo; 5] = [Algo::Py1br, Algo::Py1e, Algo::Py1s, Algo::Py2s, Algo::Naive];
+
+    /// The algorithm named `name` (Streaming's names).
+    pub fn parse(name: &str) -> Result<Algo> {
+        Algo::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                Error::Value(format!(
+                    "algo must be one of 'naive', 'py1s', 'py2s', 'py1br', 'py1e', got '{name}'"
+                ))
+            })
+    }
+
+    /// Streaming's name of the algorithm.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Naive => "naive",
+            Algo::Py1s => "py1s",
+            Algo::Py2s => "py2s",
+            Algo::Py1br => "py1br",
+            Algo::Py1e => "py1e",
+        }
+    }
+
+    /// Whether the algorithm reads `block_size`.
+    pub fn uses_block_size(self) -> bool {
+        matches!(self, Algo::Py1br | Algo::Py1e)
+    }
+
+    /// Whether the algorithm reads `num_canonical_nodes`.
+    pub fn uses_canonical_nodes(self) -> bool {
+        !matches!(self, Algo::Naive)
+    }
+}
+
+/// The order of an epoch and what Streaming would warn about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shuffled {
+    /// The sample id at each position of the epoch.
+    pub ids: Vec<i64>,
+    /// `py1e` only: some shard piece was larger than its random block, so its
+    /// samples were not spread (Streaming warns about this).
+    pub block_smaller_than_shard: bool,
+}
+
+/// A half-open range of sample ids (or of positions).
+type Span = (i64, i64);
+
+/// `get_shuffle(algo, shard_sizes, num_canonical_nodes, seed, epoch,
+/// block_size)`. `num_canonical_nodes` is ignored by `naive` and
+/// `block_size` by every algorithm but `py1br` and `py1e`, as in Streaming.
+pub fn get_shuffle(
+    algo: Algo,
+    shard_sizes: &[i64],
+    num_canonical_nodes: u64,
+    seed: u64,
+    epoch: u64,
+    block_size: u64,
+) -> Result<Shuffled> {
+    let num_samples = total_samples(shard_sizes)?;
+    if algo.uses_canonical_nodes() && !(1..=MAX_CANONICAL_NODES).contains(&num_canonical_nodes) {
+        return Err(Error::Value(format!(
+            "num_canonical_nodes must be in [1, {MAX_CANONICAL_NODES}], got {num_canonical_nodes}"
+        )));
+    }
+    let run_seed = u128::from(seed);
+    let epoch_seed = u128::from(seed) + u128::from(epoch);
+    let ncn = num_canonical_nodes;
+    let mut block_smaller_than_shard = false;
+    let ids = match algo {
+        Algo::Naive => {
+            let mut ids = alloc_ids(num_samples)?;
+            ids.extend(0..num_samples as i64);
+            Generator::new(epoch_seed).shuffle(&mut ids);
+            ids
+        }
+        Algo::Py1s => {
+            let (spans, _, mut rng) =
+                node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+            let mut ids = alloc_ids(num_samples)?;
+            for &(begin, end) in &spans {
+                let at = ids.len();
+                ids.extend(begin..end);
+                rng.shuffle(&mut ids[at..]);
+            }
+            ids
+        }
+        Algo::Py2s => py2s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
+        Algo::Py1br => py1br(
+            shard_sizes,
+            num_samples,
+            ncn,
+            run_seed,
+            epoch_seed,
+            block_size,
+        )?,
+        Algo::Py1e => py1e(
+            shard_sizes,
+            num_samples,
+            ncn,
+            run_seed,
+            epoch_seed,
+            block_size,
+            &mut block_smaller_than_shard,
+        )?,
+    };
+    Ok(Shuffled {
+        ids,
+        block_smaller_than_shard,
+    })
+}
+
+/// The number of samples, checking every size is non-negative and the total
+/// fits int64.
+fn total_samples(shard_sizes: &[i64]) -> Result<u64> {
+    let mut total: i64 = 0;
+    for (i, &size) in shard_sizes.iter().enumerate() {
+        if size < 0 {
+            return Err(Error::Value(format!(
+                "shard_sizes must be non-negative, got {size} at index {i}"
+            )));
+        }
+        total = total.checked_add(size).ok_or_else(|| {
+            Error::Overflow("the sum of shard_sizes must be at most 2**63 - 1".to_string())
+        })?;
+    }
+    Ok(total as u64)
+}
+
+/// An empty vector with room for `n` ids, or an error if it cannot be had.
+fn alloc_ids(n: u64) -> Result<Vec<i64>> {
+    let too_many = || Error::Overflow(format!("{n} samples are too many to materialise"));
+    let n = usize::try_from(n).map_err(|_| too_many())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| too_many())?;
+    Ok(v)
+}
+
+/// Each shard's span of sample ids, in shard order.
+fn shard_spans(shard_sizes: &[i64]) -> Vec<Span> {
+    let mut begin = 0i64;
+    shard_sizes
+        .iter()
+        .map(|&size| {
+            let span = (begin, begin + size);
+            begin += size;
+            span
+        })
+        .collect()
+}
+
+/// Cuts the spans, in order, into `num_parts` runs of `num_samples *
+/// (p + 1) / num_parts` cumulative samples, splitting a span that crosses a
+/// boundary (its head ends one part, its tail starts the next). Returns the
+/// pieces and, per part, the range of its pieces. Empty spans stay with the
+/// part being filled.
+fn divide_spans(
+    mut spans: Vec<Span>,
+    num_samples: u64,
+    num_parts: u64,
+) -> (Vec<Span>, Vec<(usize, usize)>) {
+    let mut pieces = Vec::with_capacity(spans.len() + num_parts as usize);
+    let mut parts = Vec::with_capacity(num_parts as usize);
+    let mut next = 0usize;
+    let mut so_far: u128 = 0;
+    for part in 0..u128::from(num_parts) {
+        let part_end = u128::from(num_samples) * (part + 1) / u128::from(num_parts);
+        let first = pieces.len();
+        while next < spans.len() {
+            let (begin, end) = spans[next];
+            let len = (end - begin) as u128;
+            if part_end < so_far + len {
+                if so_far < part_end {
+                    let split = (part_end - so_far) as i64;
+                    pieces.push((begin, begin + split));
+                    spans[next] = (begin + split, end);
+                    so_far = part_end;
+                }
+                break;
+            }
+            pieces.push((begin, end));
+            next += 1;
+            so_far += len;
+        }
+        parts.push((first, pieces.len()));
+    }
+    (pieces, parts)
+}
+
+/// The common start of `py1s`, `py1br` and `py1e`: shard spans shuffled by
+/// the run generator, cut into canonical nodes, each node's pieces shuffled
+/// by the epoch generator. Returns the pieces, the nodes' piece ranges and
+/// the epoch generator.
+fn node_spans(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+) -> (Vec<Span>, Vec<(usize, usize)>, Generator) {
+    let mut spans = shard_spans(shard_sizes);
+    Generator::new(run_seed).shuffle(&mut spans);
+    let (mut spans, parts) = divide_spans(spans, num_samples, ncn);
+    let mut rng = Generator::new(epoch_seed);
+    for &(first, last) in &parts {
+        rng.shuffle(&mut spans[first..last]);
+    }
+    (spans, parts, rng)
+}
+
+fn py2s(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+) -> Result<Vec<i64>> {
+    // Run order: shards shuffled, then each shard's samples, laid out in one
+    // buffer in the shuffled shard order.
+    let mut shards = shard_spans(shard_sizes);
+    let mut fixed = Generator::new(run_seed);
+    fixed.shuffle(&mut shards);
+    let mut buf = alloc_ids(num_samples)?;
+    let mut ranges = Vec::with_capacity(shards.len());
+    for &(begin, end) in &shards {
+        let at = buf.len();
+        buf.extend(begin..end);
+        fixed.shuffle(&mut buf[at..]);
+        ranges.push((at as i64, buf.len() as i64));
+    }
+    // Epoch order: the buffer ranges cut into nodes, each node's pieces
+    // shuffled and each piece's samples shuffled in place.
+    let (mut pieces, parts) = divide_spans(ranges, num_samples, ncn);
+    let mut rng = Generator::new(epoch_seed);
+    for &(first, last) in &parts {
+        rng.shuffle(&mut pieces[first..last]);
+        for &(begin, end) in &pieces[first..last] {
+            rng.shuffle(&mut buf[begin as usize..end as usize]);
+        }
+    }
+    let mut ids = alloc_ids(num_samples)?;
+    for &(begin, end) in &pieces {
+        ids.extend_from_slice(&buf[begin as usize..end as usize]);
+    }
+    Ok(ids)
+}
+
+/// Python's `int(factor * block_size)` (the product rounded as a double).
+fn scaled_block(factor: f64, block_size: u64) -> i128 {
+    (factor * block_size as f64) as i128
+}
+
+/// `integers(low, high)` for int64 with Python-int bounds, with Streaming's
+/// failure (ValueError) when the range is empty or out of int64.
+fn draw_between(rng: &mut Generator, low: i128, high: i128, block_size: u64) -> Result<i64> {
+    let top = high - 1;
+    if low > top || low < i128::from(i64::MIN) || top > i128::from(i64::MAX) {
+        return Err(Error::Value(format!(
+            "block_size={block_size} gives no valid random block size: integers({low}, {high}) \
+             needs low < high within int64"
+        )));
+    }
+    rng.integers_closed(low as i64, top as i64)
+}
+
+fn py1br(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+    block_size: u64,
+) -> Result<Vec<i64>> {
+    let (spans, parts, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let low = scaled_block(0.75, block_size);
+    let high = scaled_block(1.25, block_size);
+    if low < 1 || low - 1 > i128::from(i64::MAX) {
+        return Err(Error::Value(format!(
+            "block_size must be at least 2 for py1br (the stagger is drawn from \
+             [0, int(0.75 * block_size))) and int(0.75 * block_size) at most 2**63, \
+             got {block_size}"
+        )));
+    }
+    let mut stagger = vec![0i64; ncn as usize];
+    rng.integers_closed_fill(0, (low - 1) as i64, &mut stagger)?;
+    let mut ids = alloc_ids(num_samples)?;
+    let mut blocks: Vec<Span> = Vec::new();
+    for (node, &(first, last)) in parts.iter().enumerate() {
+        let node_start = ids.len() as i64;
+        for &(begin, end) in &spans[first..last] {
+            ids.extend(begin..end);
+        }
+        let node_stop = ids.len() as i64;
+        let st = stagger[node];
+        blocks.clear();
+        let mut blocks_end = node_start;
+        while blocks_end < node_stop {
+            let size = draw_between(&mut rng, low, high, block_size)?;
+            let start = (blocks_end - st).max(node_start);
+            let stop = (blocks_end + size - st).min(node_stop);
+            blocks.push((start, stop));
+            blocks_end += stop - start;
+        }
+        for &(start, stop) in &blocks {
+            rng.shuffle(&mut ids[start as usize..stop as usize]);
+        }
+    }
+    Ok(ids)
+}
+
+fn py1e(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+    block_size: u64,
+    block_smaller_than_shard: &mut bool,
+) -> Result<Vec<i64>> {
+    let (spans, parts, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let node_len = |&(first, last): &(usize, usize)| -> i64 {
+        spans[first..last].iter().map(|&(b, e)| e - b).sum()
+    };
+    if parts.iter().any(|p| node_len(p) == 0) {
+        return Err(Error::Value(format!(
+            "num_canonical_nodes={ncn} leaves a canonical node without samples \
+             ({num_samples} samples in all): py1e needs at least one sample per canonical node"
+        )));
+    }
+    let low = scaled_block(0.75, block_size);
+    let high = scaled_block(1.25, block_size);
+    let mut ids = alloc_ids(num_samples)?;
+    ids.resize(num_samples as usize, 0);
+    let mut rest: &mut [i64] = &mut ids;
+    let mut failure: Option<Error> = None;
+    parallel::install(|| {
+        rayon::scope(|scope| {
+            for part in &parts {
+                let n = node_len(part) as usize;
+                let (out, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                rest = tail;
+                let node = &spans[part.0..part.1];
+                // The node's samples, each piece shuffled, in piece order.
+                let mut samples: Vec<i64> = Vec::with_capacity(n);
+                for &(begin, end) in node {
+                    let at = samples.len();
+                    samples.extend(begin..end);
+                    rng.shuffle(&mut samples[at..]);
+                }
+                // Each position shifted within its piece's random block.
+                let mut keys: Vec<f64> = Vec::with_capacity(n);
+                let node_total = n as i64;
+                let mut offset: i64 = 0;
+                for &(begin, end) in node {
+                    let size = end - begin;
+                    let block = match draw_between(&mut rng, low, high, block_size) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            failure = Some(e);
+                            return;
+                        }
+                    };
+                    let mut cutoff = (block as i128 - i128::from(size)) as f64 / 2.0;
+                    if cutoff < 0.0 {
+                        cutoff = 0.0;
+                        *block_smaller_than_shard = true;
+                    }
+                    let lower = (-cutoff).max(-(offset as f64));
+                    let upper = cutoff.min((node_total - offset - size) as f64);
+                    for j in offset..offset + size {
+                        keys.push(j as f64 + rng.uniform(lower, upper));
+                    }
+                    offset += size;
+                }
+                scope.spawn(move |_| sort_by_keys(&keys, &samples, out));
+            }
+        });
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(ids),
+    }
+}
+
+/// Writes `samples` ordered by `keys` into `out`; equal keys keep their
+/// order. Keys are finite; a counting sort on their integer part, clamped to
+/// `[0, len)` (a non-decreasing map, so buckets are ordered), then an
+/// insertion sort inside each bucket.
+pub fn sort_by_keys(keys: &[f64], samples: &[i64], out: &mut [i64]) {
+    let n = keys.len();
+    if n == 0 {
+        return;
+    }
+    if n > u32::MAX as usize {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
+        for (o, &i) in out.iter_mut().zip(&order) {
+            *o = samples[i];
+        }
+        return;
+    }
+    let top = (n - 1) as f64;
+    let bucket = |k: f64| -> usize {
+        if k >= top {
+            n - 1
+        } else if k > 0.0 {
+            k as usize
+        } else {
+            0
+        }
+    };
+    let mut starts = vec![0u32; n + 1];
+    for &k in keys {
+        starts[bucket(k) + 1] += 1;
+    }
+    for b in 0..n {
+        starts[b + 1] += starts[b];
+    }
+    let mut sorted: Vec<(f64, i64)> = vec![(0.0, 0); n];
+    {
+        let mut fill = starts.clone();
+        for (&k, &s) in keys.iter().zip(samples) {
+            let b = bucket(k);
+            sorted[fill[b] as usize] = (k, s);
+            fill[b] += 1;
+        }
+    }
+    for b in 0..n {
+        let (lo, hi) = (starts[b] as usize, starts[b + 1] as usize);
+        if hi - lo > 1 {
+            insertion_sort(&mut sorted[lo..hi]);
+        }
+    }
+    for (o, &(_, s)) in out.iter_mut().zip(&sorted) {
+        *o = s;
+    }
+}
+
+/// A stable insertion sort by key (buckets hold a handful of items).
+fn insertion_sort(items: &mut [(f64, i64)]) {
+    for i in 1..items.len() {
+        let item = items[i];
+        let mut j = i;
+        while j > 0 && items[j - 1].0 > item.0 {
+            items[j] = items[j - 1];
+            j -= 1;
+        }
+        items[j] = item;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_permutation(ids: &[i64]) -> bool {
+        let mut seen = vec![false; ids.len()];
+        ids.iter().all(|&x| {
+            let fresh = !seen[x as usize];
+            seen[x as usize] = true;
+            fresh
+        })
+    }
+
+    #[test]
+    fn every_algorithm_gives_a_permutation() {
+        let sizes = [5i64, 0, 17, 1, 1, 40, 3];
+        for algo in Algo::ALL {
+            for ncn in [1u64, 2, 5] {
+                let out = get_shuffle(algo, &sizes, ncn, 9, 2, 8).unwrap();
+                assert_eq!(out.ids.len(), 67);
+                assert!(is_permutation(&out.ids), "{algo:?} {ncn}");
+            }
+        }
+    }
+
+    #[test]
+    fn divide_spans_splits_at_part_boundaries() {
+        let (pieces, parts) = divide_spans(vec![(0, 5), (5, 5), (5, 12)], 12, 3);
+        assert_eq!(pieces, [(0, 4), (4, 5), (5, 5), (5, 8), (8, 12)]);
+        assert_eq!(parts, [(0, 1), (1, 4), (4, 5)]);
+    }
+
+    #[test]
+    fn sort_by_keys_is_stable_on_ties() {
+        let keys = [2.5, 0.25, 2.5, 0.25, 1.0, 2.5, 0.0];
+        let samples = [10, 11, 12, 13, 14, 15, 16];
+        let mut out = [0i64; 7];
+        sort_by_keys(&keys, &samples, &mut out);
+        assert_eq!(out, [16, 11, 13, 14, 10, 12, 15]);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(get_shuffle(Algo::Py1s, &[3, -1], 1, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1s, &[i64::MAX, 1], 1, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1s, &[3], 0, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Naive, &[3], 0, 0, 0, 8).is_ok());
+        assert!(get_shuffle(Algo::Py1e, &[3], 4, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1e, &[3], 1, 0, 0, 0).is_err());
+        assert!(get_shuffle(Algo::Py1br, &[3], 1, 0, 0, 1).is_err());
+        assert!(Algo::parse("py3").is_err());
+    }
+}
