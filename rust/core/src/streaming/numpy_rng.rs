@@ -186,6 +186,30 @@ impl Pcg64 {
         x as u32
     }
 
+    /// Skips `delta` 64-bit draws in O(log delta) (the LCG's jump-ahead). The
+    /// kept 32-bit half is left alone, as the skipped draws would leave it.
+    pub fn advance(&mut self, delta: u128) {
+        let (mut mult, mut plus) = (PCG_MULT, self.inc);
+        let (mut acc_mult, mut acc_plus) = (1u128, 0u128);
+        let mut d = delta;
+        while d > 0 {
+            if d & 1 == 1 {
+                acc_mult = acc_mult.wrapping_mul(mult);
+                acc_plus = acc_plus.wrapping_mul(mult).wrapping_add(plus);
+            }
+            plus = mult.wrapping_add(1).wrapping_mul(plus);
+            mult = mult.wrapping_mul(mult);
+            d >>= 1;
+        }
+        self.state = acc_mult.wrapping_mul(self.state).wrapping_add(acc_plus);
+    }
+
+    /// Drops the kept 32-bit half (numpy does this when it resets or
+    /// advances the bit generator explicitly).
+    pub fn clear_kept(&mut self) {
+        self.kept = None;
+    }
+
     /// A double in `[0, 1)` from the top 53 bits of a 64-bit draw.
     #[inline(always)]
     pub fn next_f64(&mut self) -> f64 {
@@ -345,9 +369,56 @@ impl Generator {
 
     /// `shuffle(x)` of a 1-d array or a list, in place.
     pub fn shuffle<T>(&mut self, x: &mut [T]) {
-        for i in (1..x.len()).rev() {
-            let j = self.interval(i as u64) as usize;
+        if x.len() <= 1 {
+            return;
+        }
+        if x.len() - 1 > u32::MAX as usize {
+            for i in (1..x.len()).rev() {
+                let j = self.interval(i as u64) as usize;
+                x.swap(i, j);
+            }
+            return;
+        }
+        // Each 32-bit candidate, masked, is either the swap partner of `i`
+        // (when it is at most `i`) or rejected. Written without branches on
+        // the candidate: a rejected one swaps `i` with itself.
+        self.fisher_yates_32(x.len() - 1, |i, v| {
+            let accept = v <= i;
+            let j = if accept { v } else { i };
             x.swap(i, j);
+            accept
+        });
+    }
+
+    /// Advances the generator exactly as `shuffle` of `len` items would,
+    /// without the items.
+    pub fn skip_shuffle(&mut self, len: usize) {
+        if len <= 1 {
+            return;
+        }
+        if len - 1 > u32::MAX as usize {
+            for i in (1..len).rev() {
+                self.interval(i as u64);
+            }
+            return;
+        }
+        self.fisher_yates_32(len - 1, |i, v| v <= i);
+    }
+
+    /// Feeds 32-bit candidates, masked for the current `i`, to `take` for
+    /// `i` from `top` down to 1; `take` says whether it accepted the
+    /// candidate (then `i` moves on). The mask is fixed while `i` stays above
+    /// half of it, so the inner loop carries no mask computation.
+    #[inline(always)]
+    fn fisher_yates_32(&mut self, top: usize, mut take: impl FnMut(usize, usize) -> bool) {
+        let mut i = top;
+        while i > 0 {
+            let mask = (u32::MAX >> (i as u32).leading_zeros()) as usize;
+            let floor = mask >> 1;
+            while i > floor {
+                let v = self.bits.next_u32() as usize & mask;
+                i -= usize::from(take(i, v));
+            }
         }
     }
 
@@ -443,6 +514,42 @@ mod tests {
         assert!(g.integers(3, 3).is_err());
         assert!(g.integers(4, 3).is_err());
         assert_eq!(g.integers(i64::MIN, i64::MAX).map(|_| ()), Ok(()));
+    }
+
+    #[test]
+    fn skips_match_draws() {
+        for len in [0usize, 1, 2, 3, 17, 1000, 65_537] {
+            for pre in [0, 1] {
+                let mut a = Generator::new(len as u128);
+                for _ in 0..pre {
+                    a.bit_generator().next_u32();
+                }
+                let mut b = a.clone();
+                let mut items: Vec<u32> = (0..len as u32).collect();
+                a.shuffle(&mut items);
+                b.skip_shuffle(len);
+                assert_eq!(a, b, "len {len} pre {pre}");
+                // The slow path (one masked rejection loop per item) agrees.
+                let mut c = b.clone();
+                let mut slow: Vec<u32> = (0..len as u32).collect();
+                let mut d = b.clone();
+                for i in (1..len).rev() {
+                    let j = c.interval(i as u64) as usize;
+                    slow.swap(i, j);
+                }
+                let mut fast: Vec<u32> = (0..len as u32).collect();
+                d.shuffle(&mut fast);
+                assert_eq!((slow, c), (fast, d));
+            }
+        }
+        let mut a = Generator::new(5);
+        a.bit_generator().next_u32();
+        let mut b = a.clone();
+        for _ in 0..1001 {
+            a.bit_generator().next_u64();
+        }
+        b.bit_generator().advance(1001);
+        assert_eq!(a, b);
     }
 
     #[test]
