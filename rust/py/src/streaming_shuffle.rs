@@ -195,7 +195,7 @@ fn _np_sort_by_keys<'py>(
             "keys must be finite and as many as samples",
         ));
     }
-    let mut out = vec![0i64; keys.len()];
-    shuffle::sort_by_keys(&keys, &samples, &mut out);
+    let mut out = samples;
+    shuffle::sort_by_keys(&keys, &mut out);
     Ok(out.into_pyarray(py))
 }

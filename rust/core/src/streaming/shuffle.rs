@@ -130,17 +130,7 @@ pub fn get_shuffle(
             Generator::new(epoch_seed).shuffle(&mut ids);
             ids
         }
-        Algo::Py1s => {
-            let (spans, _, mut rng) =
-                node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
-            let mut ids = alloc_ids(num_samples)?;
-            for &(begin, end) in &spans {
-                let at = ids.len();
-                ids.extend(begin..end);
-                rng.shuffle(&mut ids[at..]);
-            }
-            ids
-        }
+        Algo::Py1s => py1s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
         Algo::Py2s => py2s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
         Algo::Py1br => py1br(
             shard_sizes,
@@ -364,6 +354,142 @@ fn py1br(
     Ok(ids)
 }
 
+/// Samples per parallel piece of `py1s`.
+const PY1S_PIECE: i64 = 1 << 20;
+
+/// Fills `out` with each span's ids, each span shuffled in turn.
+fn fill_shuffled(rng: &mut Generator, spans: &[Span], out: &mut [i64]) {
+    let mut at = 0usize;
+    for &(begin, end) in spans {
+        let piece = &mut out[at..at + (end - begin) as usize];
+        for (slot, id) in piece.iter_mut().zip(begin..end) {
+            *slot = id;
+        }
+        rng.shuffle(piece);
+        at += piece.len();
+    }
+}
+
+/// Whether work should be split over the pool.
+fn go_parallel(num_samples: u64) -> bool {
+    parallel::num_threads() > 1 && num_samples >= parallel::PIECE as u64
+}
+
+/// A zeroed id buffer (its pages are touched by whoever fills them).
+fn zeroed_ids(n: u64) -> Result<Vec<i64>> {
+    let mut ids = alloc_ids(n)?;
+    ids.resize(n as usize, 0);
+    Ok(ids)
+}
+
+fn py1s(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+) -> Result<Vec<i64>> {
+    let (spans, _, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let mut ids = zeroed_ids(num_samples)?;
+    if !go_parallel(num_samples) {
+        fill_shuffled(&mut rng, &spans, &mut ids);
+        return Ok(ids);
+    }
+    // The epoch generator is sequential: this thread only advances it past
+    // each piece of spans (no data), handing a copy of its state at the
+    // start of the piece to a task that does the piece for real.
+    parallel::install(|| {
+        rayon::scope(|scope| {
+            let mut rest: &mut [i64] = &mut ids;
+            let mut first = 0;
+            while first < spans.len() {
+                let start = rng.clone();
+                let mut last = first;
+                let mut len = 0i64;
+                while last < spans.len() && len < PY1S_PIECE {
+                    let size = spans[last].1 - spans[last].0;
+                    rng.skip_shuffle(size as usize);
+                    len += size;
+                    last += 1;
+                }
+                let (out, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+                rest = tail;
+                let piece = &spans[first..last];
+                scope.spawn(move |_| {
+                    let mut g = start;
+                    fill_shuffled(&mut g, piece, out);
+                });
+                first = last;
+            }
+        });
+    });
+    Ok(ids)
+}
+
+/// The `py1e` parameters shared by every canonical node.
+#[derive(Clone, Copy)]
+struct Py1eBlocks {
+    low: i128,
+    high: i128,
+    block_size: u64,
+}
+
+impl Py1eBlocks {
+    /// The shift range `(lower, upper)` of a piece of `size` samples at
+    /// `offset` in a node of `node_len`, for a drawn block.
+    fn bounds(block: i64, size: i64, offset: i64, node_len: i64) -> (f64, f64) {
+        let cutoff = ((i128::from(block) - i128::from(size)) as f64 / 2.0).max(0.0);
+        let lower = (-cutoff).max(-(offset as f64));
+        let upper = cutoff.min((node_len - offset - size) as f64);
+        (lower, upper)
+    }
+
+    /// Advances `rng` exactly as [`Py1eBlocks::node`] would, without the
+    /// samples; returns whether a block was smaller than its piece.
+    fn skip_node(&self, rng: &mut Generator, node: &[Span]) -> Result<bool> {
+        let mut small = false;
+        for &(begin, end) in node {
+            rng.skip_shuffle((end - begin) as usize);
+        }
+        for &(begin, end) in node {
+            let block = draw_between(rng, self.low, self.high, self.block_size)?;
+            small |= block < end - begin;
+            // uniform() takes one 64-bit draw per sample.
+            rng.bit_generator().advance((end - begin) as u128);
+        }
+        Ok(small)
+    }
+
+    /// One canonical node: its pieces' samples shuffled, each position
+    /// shifted within its piece's random block, sorted by shifted position,
+    /// into `out`. Returns whether a block was smaller than its piece.
+    fn node(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        out: &mut [i64],
+        scratch: &mut SortScratch,
+    ) -> Result<bool> {
+        fill_shuffled(rng, node, out);
+        let node_len = out.len() as i64;
+        let mut keys = std::mem::take(&mut scratch.keys);
+        keys.clear();
+        let mut small = false;
+        let mut offset: i64 = 0;
+        for &(begin, end) in node {
+            let size = end - begin;
+            let block = draw_between(rng, self.low, self.high, self.block_size)?;
+            small |= block < size;
+            let (lower, upper) = Self::bounds(block, size, offset, node_len);
+            keys.extend((offset..offset + size).map(|j| j as f64 + rng.uniform(lower, upper)));
+            offset += size;
+        }
+        scratch.sort(&keys, out);
+        scratch.keys = keys;
+        Ok(small)
+    }
+}
+
 fn py1e(
     shard_sizes: &[i64],
     num_samples: u64,
@@ -383,56 +509,60 @@ fn py1e(
              ({num_samples} samples in all): py1e needs at least one sample per canonical node"
         )));
     }
-    let low = scaled_block(0.75, block_size);
-    let high = scaled_block(1.25, block_size);
-    let mut ids = alloc_ids(num_samples)?;
-    ids.resize(num_samples as usize, 0);
-    let mut rest: &mut [i64] = &mut ids;
-    let mut failure: Option<Error> = None;
+    let blocks = Py1eBlocks {
+        low: scaled_block(0.75, block_size),
+        high: scaled_block(1.25, block_size),
+        block_size,
+    };
+    let mut ids = zeroed_ids(num_samples)?;
+    if !go_parallel(num_samples) || parts.len() == 1 {
+        let mut scratch = SortScratch::default();
+        let mut rest: &mut [i64] = &mut ids;
+        for part in &parts {
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
+            rest = tail;
+            let node = &spans[part.0..part.1];
+            *block_smaller_than_shard |= blocks.node(&mut rng, node, out, &mut scratch)?;
+        }
+        return Ok(ids);
+    }
+    // As in py1s: this thread advances the generator past each node and a
+    // task does the node from a copy of the state at its start.
+    let failure = std::sync::Mutex::new(None);
+    // Scratch buffers are reused across nodes (fresh pages are slow to fault
+    // in): a task takes one from the pool, or makes one, and returns it.
+    let pool: std::sync::Mutex<Vec<SortScratch>> = std::sync::Mutex::new(Vec::new());
+    let mut outcome: Result<()> = Ok(());
     parallel::install(|| {
         rayon::scope(|scope| {
+            let mut rest: &mut [i64] = &mut ids;
             for part in &parts {
-                let n = node_len(part) as usize;
-                let (out, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
                 rest = tail;
                 let node = &spans[part.0..part.1];
-                // The node's samples, each piece shuffled, in piece order.
-                let mut samples: Vec<i64> = Vec::with_capacity(n);
-                for &(begin, end) in node {
-                    let at = samples.len();
-                    samples.extend(begin..end);
-                    rng.shuffle(&mut samples[at..]);
-                }
-                // Each position shifted within its piece's random block.
-                let mut keys: Vec<f64> = Vec::with_capacity(n);
-                let node_total = n as i64;
-                let mut offset: i64 = 0;
-                for &(begin, end) in node {
-                    let size = end - begin;
-                    let block = match draw_between(&mut rng, low, high, block_size) {
-                        Ok(b) => b,
-                        Err(e) => {
-                            failure = Some(e);
-                            return;
-                        }
-                    };
-                    let mut cutoff = (block as i128 - i128::from(size)) as f64 / 2.0;
-                    if cutoff < 0.0 {
-                        cutoff = 0.0;
-                        *block_smaller_than_shard = true;
+                let start = rng.clone();
+                match blocks.skip_node(&mut rng, node) {
+                    Ok(small) => *block_smaller_than_shard |= small,
+                    Err(e) => {
+                        outcome = Err(e);
+                        return;
                     }
-                    let lower = (-cutoff).max(-(offset as f64));
-                    let upper = cutoff.min((node_total - offset - size) as f64);
-                    for j in offset..offset + size {
-                        keys.push(j as f64 + rng.uniform(lower, upper));
-                    }
-                    offset += size;
                 }
-                scope.spawn(move |_| sort_by_keys(&keys, &samples, out));
+                let (failure, pool) = (&failure, &pool);
+                scope.spawn(move |_| {
+                    let mut g = start;
+                    let taken = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                    let mut scratch = taken.unwrap_or_default();
+                    if let Err(e) = blocks.node(&mut g, node, out, &mut scratch) {
+                        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    }
+                    pool.lock().unwrap_or_else(|p| p.into_inner()).push(scratch);
+                });
             }
         });
     });
-    match failure {
+    outcome?;
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
         None => Ok(ids),
     }
@@ -442,73 +572,100 @@ fn py1e(
 /// items fit in L1/L2 cache while they are sorted).
 const FINE_BITS: u32 = 11;
 
-/// Writes `samples` ordered by `keys` into `out`; equal keys keep their
-/// order. Keys are finite. A bucket sort on the integer part of the key,
-/// clamped to `[0, len)` (a non-decreasing map, so buckets are ordered): a
-/// stable scatter into coarse buckets of `2^FINE_BITS` integers, then in each
-/// coarse bucket a stable counting sort on the integer part, then a stable
-/// sort inside each integer bucket (a handful of items for `py1e`'s keys).
-pub fn sort_by_keys(keys: &[f64], samples: &[i64], out: &mut [i64]) {
-    let n = keys.len().min(samples.len()).min(out.len());
-    if n == 0 {
-        return;
-    }
-    let top = (n - 1) as f64;
-    let fine = |k: f64| -> usize {
-        if k >= top {
-            n - 1
-        } else if k > 0.0 {
-            k as usize
-        } else {
-            0
+/// Reorders `values` by `keys` (same length); equal keys keep their
+/// order. Keys are finite. See [`SortScratch::sort`].
+pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
+    SortScratch::default().sort(keys, values);
+}
+
+/// Reusable buffers of the `py1e` sort.
+#[derive(Debug, Default)]
+pub struct SortScratch {
+    keys: Vec<f64>,
+    pairs: Vec<(f64, i64)>,
+    fine: Vec<(f64, i64)>,
+    starts: Vec<usize>,
+    fine_starts: Vec<usize>,
+}
+
+impl SortScratch {
+    /// Reorders `values` by `keys`; equal keys keep their order. A bucket
+    /// sort on the integer part of the key, clamped to `[0, len)` (a
+    /// non-decreasing map, so buckets are ordered): a stable scatter into
+    /// coarse buckets of `2^FINE_BITS` integers, then in each coarse bucket a
+    /// stable counting sort on the integer part, then a stable sort inside
+    /// each integer bucket (a handful of items for `py1e`'s keys).
+    pub fn sort(&mut self, keys: &[f64], values: &mut [i64]) {
+        let n = keys.len().min(values.len());
+        if n == 0 {
+            return;
         }
-    };
-    let coarse_count = ((n - 1) >> FINE_BITS) + 1;
-    let mut starts = vec![0usize; coarse_count + 1];
-    for &k in &keys[..n] {
-        starts[(fine(k) >> FINE_BITS) + 1] += 1;
-    }
-    for c in 0..coarse_count {
-        starts[c + 1] += starts[c];
-    }
-    let mut pairs: Vec<(f64, i64)> = vec![(0.0, 0); n];
-    let mut next = starts.clone();
-    for (&k, &s) in keys[..n].iter().zip(&samples[..n]) {
-        let c = fine(k) >> FINE_BITS;
-        pairs[next[c]] = (k, s);
-        next[c] += 1;
-    }
-    let width = 1usize << FINE_BITS;
-    let mut fine_starts = vec![0usize; width + 1];
-    let mut scratch: Vec<(f64, i64)> = Vec::new();
-    for c in 0..coarse_count {
-        let bucket = &pairs[starts[c]..starts[c + 1]];
-        let base = c << FINE_BITS;
-        fine_starts.fill(0);
-        for &(k, _) in bucket {
-            fine_starts[fine(k) - base + 1] += 1;
-        }
-        for f in 0..width {
-            fine_starts[f + 1] += fine_starts[f];
-        }
-        scratch.clear();
-        scratch.resize(bucket.len(), (0.0, 0));
-        let mut fill = fine_starts.clone();
-        for &(k, s) in bucket {
-            let f = fine(k) - base;
-            scratch[fill[f]] = (k, s);
-            fill[f] += 1;
-        }
-        for f in 0..width {
-            let run = &mut scratch[fine_starts[f]..fine_starts[f + 1]];
-            if run.len() > 32 {
-                run.sort_by(|a, b| a.0.total_cmp(&b.0));
-            } else if run.len() > 1 {
-                insertion_sort(run);
+        let top = (n - 1) as f64;
+        let fine = |k: f64| -> usize {
+            if k >= top {
+                n - 1
+            } else if k > 0.0 {
+                k as usize
+            } else {
+                0
             }
+        };
+        let coarse_count = ((n - 1) >> FINE_BITS) + 1;
+        let starts = &mut self.starts;
+        starts.clear();
+        starts.resize(coarse_count + 1, 0);
+        for &k in &keys[..n] {
+            starts[(fine(k) >> FINE_BITS) + 1] += 1;
         }
-        for (o, &(_, s)) in out[starts[c]..starts[c + 1]].iter_mut().zip(&scratch) {
-            *o = s;
+        for c in 0..coarse_count {
+            starts[c + 1] += starts[c];
+        }
+        let pairs = &mut self.pairs;
+        pairs.clear();
+        pairs.resize(n, (0.0, 0));
+        let mut next = starts.clone();
+        for (&k, &v) in keys[..n].iter().zip(&values[..n]) {
+            let c = fine(k) >> FINE_BITS;
+            pairs[next[c]] = (k, v);
+            next[c] += 1;
+        }
+        let width = 1usize << FINE_BITS;
+        let fine_starts = &mut self.fine_starts;
+        let scratch = &mut self.fine;
+        for c in 0..coarse_count {
+            let bucket = &pairs[starts[c]..starts[c + 1]];
+            let base = c << FINE_BITS;
+            fine_starts.clear();
+            fine_starts.resize(width + 1, 0);
+            for &(k, _) in bucket {
+                fine_starts[fine(k) - base + 1] += 1;
+            }
+            for f in 0..width {
+                fine_starts[f + 1] += fine_starts[f];
+            }
+            scratch.clear();
+            scratch.resize(bucket.len(), (0.0, 0));
+            next.clear();
+            next.extend_from_slice(&fine_starts[..width]);
+            for &(k, v) in bucket {
+                let f = fine(k) - base;
+                scratch[next[f]] = (k, v);
+                next[f] += 1;
+            }
+            for f in 0..width {
+                let run = &mut scratch[fine_starts[f]..fine_starts[f + 1]];
+                if run.len() > 32 {
+                    run.sort_by(|a, b| a.0.total_cmp(&b.0));
+                } else if run.len() > 1 {
+                    insertion_sort(run);
+                }
+            }
+            for (o, &(_, v)) in values[starts[c]..starts[c + 1]]
+                .iter_mut()
+                .zip(scratch.iter())
+            {
+                *o = v;
+            }
         }
     }
 }
@@ -552,6 +709,19 @@ mod tests {
     }
 
     #[test]
+    fn parallel_and_sequential_agree() {
+        let sizes: Vec<i64> = (0..300).map(|i| (i * 7919) % 5000 + 1).collect();
+        for algo in Algo::ALL {
+            parallel::set_num_threads(1);
+            let a = get_shuffle(algo, &sizes, 6, 4, 1, 1 << 12).unwrap();
+            parallel::set_num_threads(2);
+            let b = get_shuffle(algo, &sizes, 6, 4, 1, 1 << 12).unwrap();
+            parallel::set_num_threads(0);
+            assert_eq!(a, b, "{algo:?}");
+        }
+    }
+
+    #[test]
     fn divide_spans_splits_at_part_boundaries() {
         let (pieces, parts) = divide_spans(vec![(0, 5), (5, 5), (5, 12)], 12, 3);
         assert_eq!(pieces, [(0, 4), (4, 5), (5, 5), (5, 8), (8, 12)]);
@@ -561,9 +731,8 @@ mod tests {
     #[test]
     fn sort_by_keys_is_stable_on_ties() {
         let keys = [2.5, 0.25, 2.5, 0.25, 1.0, 2.5, 0.0];
-        let samples = [10, 11, 12, 13, 14, 15, 16];
-        let mut out = [0i64; 7];
-        sort_by_keys(&keys, &samples, &mut out);
+        let mut out = [10, 11, 12, 13, 14, 15, 16];
+        sort_by_keys(&keys, &mut out);
         assert_eq!(out, [16, 11, 13, 14, 10, 12, 15]);
         // Many coarse buckets, keys out of range, big tie groups: compare
         // with a stable comparison sort.
@@ -576,8 +745,8 @@ mod tests {
             let mut order: Vec<usize> = (0..n).collect();
             order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
             let expect: Vec<i64> = order.iter().map(|&i| samples[i]).collect();
-            let mut out = vec![0i64; n];
-            sort_by_keys(&keys, &samples, &mut out);
+            let mut out = samples.clone();
+            sort_by_keys(&keys, &mut out);
             assert_eq!(out, expect, "n {n}");
         }
     }
