@@ -375,11 +375,12 @@ fn go_parallel(num_samples: u64) -> bool {
     parallel::num_threads() > 1 && num_samples >= parallel::PIECE as u64
 }
 
-/// A zeroed id buffer (its pages are touched by whoever fills them).
+/// A zeroed id buffer. Its pages are left untouched (a fresh zeroed
+/// mapping), so whoever fills a part of it faults that part in, in parallel.
 fn zeroed_ids(n: u64) -> Result<Vec<i64>> {
-    let mut ids = alloc_ids(n)?;
-    ids.resize(n as usize, 0);
-    Ok(ids)
+    // Fail cleanly if the memory cannot be had, before asking for it zeroed.
+    drop(alloc_ids(n)?);
+    Ok(vec![0; n as usize])
 }
 
 fn py1s(
@@ -472,8 +473,7 @@ impl Py1eBlocks {
     ) -> Result<bool> {
         fill_shuffled(rng, node, out);
         let node_len = out.len() as i64;
-        let mut keys = std::mem::take(&mut scratch.keys);
-        keys.clear();
+        scratch.begin(out.len());
         let mut small = false;
         let mut offset: i64 = 0;
         for &(begin, end) in node {
@@ -481,11 +481,15 @@ impl Py1eBlocks {
             let block = draw_between(rng, self.low, self.high, self.block_size)?;
             small |= block < size;
             let (lower, upper) = Self::bounds(block, size, offset, node_len);
-            keys.extend((offset..offset + size).map(|j| j as f64 + rng.uniform(lower, upper)));
+            let mut g = rng.clone();
+            for j in offset..offset + size {
+                let key = j as f64 + g.uniform(lower, upper);
+                scratch.push(key, out[j as usize]);
+            }
+            *rng = g;
             offset += size;
         }
-        scratch.sort(&keys, out);
-        scratch.keys = keys;
+        scratch.finish(out);
         Ok(small)
     }
 }
@@ -578,95 +582,116 @@ pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
     SortScratch::default().sort(keys, values);
 }
 
-/// Reusable buffers of the `py1e` sort.
+/// The buffers of the `py1e` sort, reusable from one node to the next.
+///
+/// Items are pushed in position order as `(key, value)`. A bucket sort on the
+/// integer part of the key, clamped to `[0, len)` (a non-decreasing map, so
+/// buckets are ordered): each item goes to its coarse bucket of
+/// `2^FINE_BITS` integers as it is pushed; then each coarse bucket (small
+/// enough for the cache) is counting-sorted on the integer part, and each
+/// integer bucket (a handful of items for `py1e`'s keys) sorted by key. Every
+/// step is stable, so equal keys keep their push order.
 #[derive(Debug, Default)]
 pub struct SortScratch {
-    keys: Vec<f64>,
-    pairs: Vec<(f64, i64)>,
+    len: usize,
+    coarse: Vec<Vec<(f64, i64)>>,
     fine: Vec<(f64, i64)>,
-    starts: Vec<usize>,
     fine_starts: Vec<usize>,
+    next: Vec<usize>,
 }
 
 impl SortScratch {
-    /// Reorders `values` by `keys`; equal keys keep their order. A bucket
-    /// sort on the integer part of the key, clamped to `[0, len)` (a
-    /// non-decreasing map, so buckets are ordered): a stable scatter into
-    /// coarse buckets of `2^FINE_BITS` integers, then in each coarse bucket a
-    /// stable counting sort on the integer part, then a stable sort inside
-    /// each integer bucket (a handful of items for `py1e`'s keys).
-    pub fn sort(&mut self, keys: &[f64], values: &mut [i64]) {
-        let n = keys.len().min(values.len());
-        if n == 0 {
+    /// Starts a sort of `len` items.
+    pub fn begin(&mut self, len: usize) {
+        self.len = len;
+        let count = if len == 0 {
+            0
+        } else {
+            ((len - 1) >> FINE_BITS) + 1
+        };
+        self.coarse.truncate(count);
+        for bucket in &mut self.coarse {
+            bucket.clear();
+        }
+        self.coarse.resize_with(count, Vec::new);
+    }
+
+    /// The integer bucket of a key.
+    #[inline(always)]
+    fn bucket(len: usize, key: f64) -> usize {
+        let top = (len - 1) as f64;
+        if key >= top {
+            len - 1
+        } else if key > 0.0 {
+            key as usize
+        } else {
+            0
+        }
+    }
+
+    /// Adds the next item (at most `len` of them).
+    #[inline(always)]
+    pub fn push(&mut self, key: f64, value: i64) {
+        if self.len == 0 {
             return;
         }
-        let top = (n - 1) as f64;
-        let fine = |k: f64| -> usize {
-            if k >= top {
-                n - 1
-            } else if k > 0.0 {
-                k as usize
-            } else {
-                0
-            }
-        };
-        let coarse_count = ((n - 1) >> FINE_BITS) + 1;
-        let starts = &mut self.starts;
-        starts.clear();
-        starts.resize(coarse_count + 1, 0);
-        for &k in &keys[..n] {
-            starts[(fine(k) >> FINE_BITS) + 1] += 1;
-        }
-        for c in 0..coarse_count {
-            starts[c + 1] += starts[c];
-        }
-        let pairs = &mut self.pairs;
-        pairs.clear();
-        pairs.resize(n, (0.0, 0));
-        let mut next = starts.clone();
-        for (&k, &v) in keys[..n].iter().zip(&values[..n]) {
-            let c = fine(k) >> FINE_BITS;
-            pairs[next[c]] = (k, v);
-            next[c] += 1;
-        }
+        let c = Self::bucket(self.len, key) >> FINE_BITS;
+        self.coarse[c].push((key, value));
+    }
+
+    /// Writes the pushed values, ordered by key, into `out`.
+    pub fn finish(&mut self, out: &mut [i64]) {
         let width = 1usize << FINE_BITS;
-        let fine_starts = &mut self.fine_starts;
-        let scratch = &mut self.fine;
-        for c in 0..coarse_count {
-            let bucket = &pairs[starts[c]..starts[c + 1]];
+        let len = self.len;
+        let mut at = 0usize;
+        for (c, bucket) in self.coarse.iter().enumerate() {
             let base = c << FINE_BITS;
-            fine_starts.clear();
-            fine_starts.resize(width + 1, 0);
+            let starts = &mut self.fine_starts;
+            starts.clear();
+            starts.resize(width + 1, 0);
             for &(k, _) in bucket {
-                fine_starts[fine(k) - base + 1] += 1;
+                starts[Self::bucket(len, k) - base + 1] += 1;
             }
             for f in 0..width {
-                fine_starts[f + 1] += fine_starts[f];
+                starts[f + 1] += starts[f];
             }
-            scratch.clear();
-            scratch.resize(bucket.len(), (0.0, 0));
-            next.clear();
-            next.extend_from_slice(&fine_starts[..width]);
+            self.fine.clear();
+            self.fine.resize(bucket.len(), (0.0, 0));
+            self.next.clear();
+            self.next.extend_from_slice(&starts[..width]);
             for &(k, v) in bucket {
-                let f = fine(k) - base;
-                scratch[next[f]] = (k, v);
-                next[f] += 1;
+                let f = Self::bucket(len, k) - base;
+                self.fine[self.next[f]] = (k, v);
+                self.next[f] += 1;
             }
-            for f in 0..width {
-                let run = &mut scratch[fine_starts[f]..fine_starts[f + 1]];
-                if run.len() > 32 {
-                    run.sort_by(|a, b| a.0.total_cmp(&b.0));
-                } else if run.len() > 1 {
-                    insertion_sort(run);
+            // Items are now ordered by integer part: one insertion pass over
+            // the bucket moves items only within their integer bucket. A
+            // crowded integer bucket (never seen with py1e's keys) is sorted
+            // on its own so the pass stays linear.
+            let crowded = starts.windows(2).any(|w| w[1] - w[0] > 32);
+            if crowded {
+                for f in 0..width {
+                    self.fine[starts[f]..starts[f + 1]].sort_by(|a, b| a.0.total_cmp(&b.0));
                 }
+            } else {
+                insertion_sort(&mut self.fine);
             }
-            for (o, &(_, v)) in values[starts[c]..starts[c + 1]]
-                .iter_mut()
-                .zip(scratch.iter())
-            {
+            let n = bucket.len().min(out.len() - at);
+            for (o, &(_, v)) in out[at..at + n].iter_mut().zip(&self.fine) {
                 *o = v;
             }
+            at += n;
         }
+    }
+
+    /// Reorders `values` by `keys` (same length); equal keys keep their order.
+    pub fn sort(&mut self, keys: &[f64], values: &mut [i64]) {
+        let n = keys.len().min(values.len());
+        self.begin(n);
+        for (&k, &v) in keys[..n].iter().zip(&values[..n]) {
+            self.push(k, v);
+        }
+        self.finish(&mut values[..n]);
     }
 }
 
