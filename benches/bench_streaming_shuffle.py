@@ -3,7 +3,9 @@
 Run ``python benches/bench_streaming_shuffle.py`` (``--help`` for options).
 Each (implementation, algorithm) runs in a fresh subprocess, so its peak RSS
 delta (peak resident memory during the calls minus resident memory before
-them) is its own. Prints a Markdown table; outputs are checked identical.
+them) is its own. Prints a Markdown table (ratio: Streaming's median time over
+this row's; CPU time: user + system time of all threads during the calls);
+outputs are checked identical.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,20 +55,25 @@ def child(impl: str, algo: str, shards: int, shard_size: int, ncn: int, repeats:
 
     sizes = np.full(shards, shard_size, dtype=np.int64)
     times = []
+    cpu = []
     digest = ""
     base = _rss_kib("VmRSS")
     peak = 0
     for r in range(repeats):
         _reset_peak()
         before = _rss_kib("VmRSS")
+        c0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         ids = fn(algo, sizes, ncn, 17, r + 1, 1 << 18)
         times.append(time.perf_counter() - t0)
+        c1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
         peak = max(peak, _rss_kib("VmHWM") - before)
         if r == 0:
             digest = hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).hexdigest()
         del ids
-    print(json.dumps({"times": times, "peak_kib": peak, "base_kib": base, "digest": digest}))
+    result = {"times": times, "cpu": cpu, "peak_kib": peak, "base_kib": base, "digest": digest}
+    print(json.dumps(result))
 
 
 def main() -> None:
@@ -87,8 +95,8 @@ def main() -> None:
         f"num_canonical_nodes={a.canonical_nodes}, block_size=2**18, "
         f"median of {a.repeats}, {os.cpu_count()} CPUs\n"
     )
-    print("| algo | implementation | time (median) | ratio | peak RSS delta |")
-    print("|---|---|---:|---:|---:|")
+    print("| algo | implementation | time (median) | ratio | CPU time (median) | peak RSS delta |")
+    print("|---|---|---:|---:|---:|---:|")
     for algo in a.algos.split(","):
         results = {}
         for impl in ("streaming", "epochplan"):
@@ -110,13 +118,14 @@ def main() -> None:
         for impl in ("streaming", "epochplan"):
             r = results[impl]
             med = statistics.median(r["times"])
+            cpu = statistics.median(r["cpu"])
             label = "mosaicml-streaming 0.13.0" if impl == "streaming" else "epochplan (Rust)"
             print(
-                f"| {algo} | {label} | {med:.3f} s | {ref / med:.1f}x | "
+                f"| {algo} | {label} | {med:.3f} s | {ref / med:.1f}x | {cpu:.3f} s | "
                 f"{r['peak_kib'] / 1024:,.0f} MiB |"
             )
         if not same:
-            print(f"| {algo} | OUTPUTS DIFFER | | | |")
+            print(f"| {algo} | OUTPUTS DIFFER | | | | |")
 
 
 if __name__ == "__main__":
