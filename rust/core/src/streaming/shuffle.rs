@@ -474,6 +474,12 @@ impl Py1eBlocks {
         fill_shuffled(rng, node, out);
         let node_len = out.len() as i64;
         scratch.begin(out.len());
+        // Every shift is at most half the largest block: once positions up
+        // to `j` are pushed, no later key falls below `j - reach` (plus a
+        // margin for rounding), so the buckets below are final and written
+        // out while they are still in cache.
+        let reach = (self.high - 1).max(0) as f64 / 2.0 + 2.0;
+        let stride = 1i64 << FINE_BITS;
         let mut small = false;
         let mut offset: i64 = 0;
         for &(begin, end) in node {
@@ -482,9 +488,15 @@ impl Py1eBlocks {
             small |= block < size;
             let (lower, upper) = Self::bounds(block, size, offset, node_len);
             let mut g = rng.clone();
-            for j in offset..offset + size {
-                let key = j as f64 + g.uniform(lower, upper);
-                scratch.push(key, out[j as usize]);
+            let mut j = offset;
+            while j < offset + size {
+                let stop = (j + stride).min(offset + size);
+                for p in j..stop {
+                    let key = p as f64 + g.uniform(lower, upper);
+                    scratch.push(key, out[p as usize]);
+                }
+                j = stop;
+                scratch.flush_below(j as f64 - reach, out);
             }
             *rng = g;
             offset += size;
@@ -594,6 +606,9 @@ pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
 #[derive(Debug, Default)]
 pub struct SortScratch {
     len: usize,
+    /// Coarse buckets already written out, and the output position reached.
+    done: usize,
+    at: usize,
     coarse: Vec<Vec<(f64, i64)>>,
     fine: Vec<(f64, i64)>,
     fine_starts: Vec<usize>,
@@ -604,6 +619,8 @@ impl SortScratch {
     /// Starts a sort of `len` items.
     pub fn begin(&mut self, len: usize) {
         self.len = len;
+        self.done = 0;
+        self.at = 0;
         let count = if len == 0 {
             0
         } else {
@@ -639,49 +656,69 @@ impl SortScratch {
         self.coarse[c].push((key, value));
     }
 
+    /// Writes out, in order, every coarse bucket whose keys all lie below
+    /// `bound`: the caller promises that no item pushed from now on has a key
+    /// below `bound`. Written items take the next positions of `out`, which
+    /// must not be read again (for `py1e`: positions are pushed in order and
+    /// a key is at most the shift bound away from its position).
+    pub fn flush_below(&mut self, bound: f64, out: &mut [i64]) {
+        while self.done < self.coarse.len() && (((self.done + 1) << FINE_BITS) as f64) <= bound {
+            self.write_bucket(self.done, out);
+            self.done += 1;
+        }
+    }
+
     /// Writes the pushed values, ordered by key, into `out`.
     pub fn finish(&mut self, out: &mut [i64]) {
+        while self.done < self.coarse.len() {
+            self.write_bucket(self.done, out);
+            self.done += 1;
+        }
+    }
+
+    /// Sorts coarse bucket `c` and writes its values at the next positions.
+    fn write_bucket(&mut self, c: usize, out: &mut [i64]) {
         let width = 1usize << FINE_BITS;
         let len = self.len;
-        let mut at = 0usize;
-        for (c, bucket) in self.coarse.iter().enumerate() {
-            let base = c << FINE_BITS;
-            let starts = &mut self.fine_starts;
-            starts.clear();
-            starts.resize(width + 1, 0);
-            for &(k, _) in bucket {
-                starts[Self::bucket(len, k) - base + 1] += 1;
-            }
-            for f in 0..width {
-                starts[f + 1] += starts[f];
-            }
-            self.fine.clear();
-            self.fine.resize(bucket.len(), (0.0, 0));
-            self.next.clear();
-            self.next.extend_from_slice(&starts[..width]);
-            for &(k, v) in bucket {
-                let f = Self::bucket(len, k) - base;
-                self.fine[self.next[f]] = (k, v);
-                self.next[f] += 1;
-            }
-            // Items are now ordered by integer part: one insertion pass over
-            // the bucket moves items only within their integer bucket. A
-            // crowded integer bucket (never seen with py1e's keys) is sorted
-            // on its own so the pass stays linear.
-            let crowded = starts.windows(2).any(|w| w[1] - w[0] > 32);
-            if crowded {
-                for f in 0..width {
-                    self.fine[starts[f]..starts[f + 1]].sort_by(|a, b| a.0.total_cmp(&b.0));
-                }
-            } else {
-                insertion_sort(&mut self.fine);
-            }
-            let n = bucket.len().min(out.len() - at);
-            for (o, &(_, v)) in out[at..at + n].iter_mut().zip(&self.fine) {
-                *o = v;
-            }
-            at += n;
+        let bucket = &mut self.coarse[c];
+        let base = c << FINE_BITS;
+        let starts = &mut self.fine_starts;
+        starts.clear();
+        starts.resize(width + 1, 0);
+        for &(k, _) in bucket.iter() {
+            starts[Self::bucket(len, k) - base + 1] += 1;
         }
+        for f in 0..width {
+            starts[f + 1] += starts[f];
+        }
+        self.fine.clear();
+        self.fine.resize(bucket.len(), (0.0, 0));
+        self.next.clear();
+        self.next.extend_from_slice(&starts[..width]);
+        for &(k, v) in bucket.iter() {
+            let f = Self::bucket(len, k) - base;
+            self.fine[self.next[f]] = (k, v);
+            self.next[f] += 1;
+        }
+        bucket.clear();
+        // Items are now ordered by integer part: one insertion pass over the
+        // bucket moves items only within their integer bucket. A crowded
+        // integer bucket (never seen with py1e's keys) is sorted on its own
+        // so the pass stays linear.
+        let crowded = starts.windows(2).any(|w| w[1] - w[0] > 32);
+        if crowded {
+            for f in 0..width {
+                self.fine[starts[f]..starts[f + 1]].sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        } else {
+            insertion_sort(&mut self.fine);
+        }
+        let at = self.at.min(out.len());
+        let n = self.fine.len().min(out.len() - at);
+        for (o, &(_, v)) in out[at..at + n].iter_mut().zip(&self.fine) {
+            *o = v;
+        }
+        self.at = at + n;
     }
 
     /// Reorders `values` by `keys` (same length); equal keys keep their order.
