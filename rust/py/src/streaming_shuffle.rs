@@ -135,7 +135,7 @@ fn _np_run<'py>(
         let op = op.cast::<PyTuple>()?;
         let name = str_arg(&op.get_item(0)?, "op")?;
         let count = |i: usize| -> PyResult<usize> {
-            Ok(int_arg(&op.get_item(i)?, "n", 0, 1 << 30)? as usize)
+            Ok(int_arg(&op.get_item(i)?, "n", 0, 1 << 24)? as usize)
         };
         let arr = match name.as_str() {
             "raw" => {

@@ -24,10 +24,20 @@
 //! shifted positions to round to the same double, which is vanishingly rare;
 //! without them the output is identical.
 //!
-//! `py1e` sorts by a counting sort on the integer part of the shifted
-//! positions (each lies within its canonical node), which is exact and
-//! linear; nodes are sorted on the pool while the next node's random draws
-//! are made.
+//! How it is fast while identical:
+//!
+//! - Fisher-Yates draws are branch-free (a rejected candidate swaps an item
+//!   with itself), see [`Generator::shuffle`].
+//! - The epoch generator is inherently sequential, but advancing it past a
+//!   piece of work without doing the work is cheap (the shuffle's candidate
+//!   draws without the items, PCG64's jump-ahead for `uniform`). With more
+//!   than one thread, one thread only advances it and hands a copy of its
+//!   state at the start of each piece (spans for `py1s`, canonical nodes for
+//!   `py1e`) to a task on the pool that does the piece for real. The output
+//!   does not depend on the thread count.
+//! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
+//!   sort on their integer part (each lies inside its canonical node), with
+//!   buckets written out as soon as no later position can reach them.
 
 use super::numpy_rng::Generator;
 use crate::error::{Error, Result};
