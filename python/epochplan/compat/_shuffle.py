@@ -1,7 +1,84 @@
-"""Streaming's get_shuffle (to be written)."""
+"""MosaicML Streaming's ``get_shuffle``, bit for bit, computed in Rust."""
 
-from typing import Any
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import numpy.typing as npt
+
+from epochplan import _native
+
+__all__ = ["ALGOS", "get_shuffle"]
+
+#: The algorithm names Streaming's ``get_shuffle`` accepts.
+ALGOS = frozenset({"naive", "py1s", "py2s", "py1br", "py1e"})
+
+_BLOCK_WARNING = (
+    "Shuffle block size was smaller than shard size for some shards. These shards are not "
+    "shuffled with other shards. Set shuffle_block_size to a larger value for a higher "
+    "quality shuffle."
+)
 
 
-def get_shuffle(*args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError
+def get_shuffle(
+    algo: str,
+    shard_sizes: npt.ArrayLike,
+    num_canonical_nodes: int,
+    seed: int,
+    epoch: int,
+    block_size: int = 1 << 18,
+) -> npt.NDArray[np.int64]:
+    """The shuffled order of an epoch's samples, as Streaming's ``get_shuffle``.
+
+    Same arguments, defaults and output as
+    ``streaming.base.shuffle.get_shuffle`` (mosaicml-streaming 0.13.0), bit for
+    bit: numpy's ``default_rng`` streams are reproduced exactly in Rust.
+
+    One order is not defined by Streaming itself: ``py1e`` sorts shifted
+    sample positions with numpy's unstable ``argsort``, whose order for equal
+    values depends on the CPU. Here equal shifted positions keep their
+    original order (as ``argsort(kind="stable")``). Two shifted positions are
+    equal only if they round to the same double, which practically never
+    happens; otherwise the output is identical.
+
+    Args:
+        algo: ``"naive"``, ``"py1s"``, ``"py2s"``, ``"py1br"`` or ``"py1e"``.
+        shard_sizes: Number of samples in each shard, in shard order
+            (non-negative integers).
+        num_canonical_nodes: Number of canonical nodes, in [1, 2**20]
+            (ignored by ``"naive"``).
+        seed: Base random seed of the run, in [0, 2**64 - 1].
+        epoch: The epoch, in [0, 2**64 - 1]; the epoch's generator is
+            seeded with ``seed + epoch``, as in Streaming.
+        block_size: Unit of shuffle of ``"py1br"`` and ``"py1e"`` (ignored by
+            the others).
+
+    Returns:
+        An int64 array: the sample id at each position of the epoch.
+
+    Raises:
+        KeyError: ``algo`` is not one of the names above (as Streaming).
+        ValueError: an argument is out of range, or ``"py1e"`` is left with a
+            canonical node without samples (as Streaming).
+        TypeError: an argument has the wrong type.
+
+    Warns:
+        UserWarning: ``"py1e"`` met a shard piece larger than its random block
+            (as Streaming).
+
+    Example:
+        >>> import numpy as np
+        >>> from epochplan.compat.streaming import get_shuffle
+        >>> ids = get_shuffle("py1e", np.array([4, 4, 4]), 2, seed=7, epoch=0, block_size=8)
+        >>> sorted(ids.tolist()) == list(range(12))
+        True
+    """
+    if algo not in ALGOS:
+        raise KeyError(algo)
+    ids, block_smaller_than_shard = _native.streaming_get_shuffle(
+        algo, shard_sizes, num_canonical_nodes, seed, epoch, block_size
+    )
+    if block_smaller_than_shard:
+        warnings.warn(_BLOCK_WARNING, UserWarning, stacklevel=2)
+    return ids

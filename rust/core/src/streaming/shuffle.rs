@@ -1,1 +1,837 @@
-//! (to be written)
+//! MosaicML Streaming's shard-aware shuffles (`streaming.base.shuffle`,
+//! mosaicml-streaming 0.13.0), bit for bit.
+//!
+//! Every algorithm draws from numpy generators seeded like Streaming's
+//! (`default_rng(seed)` for the order of shards, fixed over a run, and
+//! `default_rng(seed + epoch)` for the epoch), in the same order, so the
+//! output is identical:
+//!
+//! - `naive`: a permutation of all samples.
+//! - `py1s`: shards shuffled, cut at canonical-node boundaries, the pieces of
+//!   each node shuffled, each piece's samples shuffled.
+//! - `py2s`: like `py1s` with the samples shuffled twice (once for the run,
+//!   once for the epoch).
+//! - `py1br`: like `py1s`, then each node shuffled in staggered blocks of
+//!   random size in `[0.75, 1.25) * block_size`.
+//! - `py1e`: like `py1s`, then each sample's position moved by a uniform
+//!   shift within its piece's random block, and each node sorted by the
+//!   shifted positions.
+//!
+//! Where Streaming leaves the order undefined: `py1e` sorts with numpy's
+//! unstable `argsort`, whose order for equal shifted positions depends on the
+//! CPU's SIMD dispatch. Here equal shifted positions keep their position
+//! order (what `argsort(kind="stable")` gives). Equal positions need two
+//! shifted positions to round to the same double, which is vanishingly rare;
+//! without them the output is identical.
+//!
+//! How it is fast while identical:
+//!
+//! - Fisher-Yates draws are branch-free (a rejected candidate swaps an item
+//!   with itself), see [`Generator::shuffle`].
+//! - The epoch generator is inherently sequential, but advancing it past a
+//!   piece of work without doing the work is cheap (the shuffle's candidate
+//!   draws without the items, PCG64's jump-ahead for `uniform`). With more
+//!   than one thread, one thread only advances it and hands a copy of its
+//!   state at the start of each piece (spans for `py1s`, canonical nodes for
+//!   `py1e`) to a task on the pool that does the piece for real. The output
+//!   does not depend on the thread count.
+//! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
+//!   sort on their integer part (each lies inside its canonical node), with
+//!   buckets written out as soon as no later position can reach them.
+
+use super::numpy_rng::Generator;
+use crate::error::{Error, Result};
+use crate::parallel;
+
+/// The largest number of canonical nodes accepted.
+pub const MAX_CANONICAL_NODES: u64 = 1 << 20;
+
+/// A shuffle algorithm of Streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    /// All samples permuted together.
+    Naive,
+    /// Shards, then samples within each shard piece, shuffled once.
+    Py1s,
+    /// Samples within shards shuffled twice (run and epoch).
+    Py2s,
+    /// Shuffled in staggered blocks of random size.
+    Py1br,
+    /// Samples spread by uniform shifts within random blocks.
+    Py1e,
+}
+
+impl Algo {
+    /// Every algorithm, in Streaming's order of names.
+    pub const ALL: [Algo; 5] = [Algo::Py1br, Algo::Py1e, Algo::Py1s, Algo::Py2s, Algo::Naive];
+
+    /// The algorithm named `name` (Streaming's names).
+    pub fn parse(name: &str) -> Result<Algo> {
+        Algo::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                Error::Value(format!(
+                    "algo must be one of 'naive', 'py1s', 'py2s', 'py1br', 'py1e', got '{name}'"
+                ))
+            })
+    }
+
+    /// Streaming's name of the algorithm.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Naive => "naive",
+            Algo::Py1s => "py1s",
+            Algo::Py2s => "py2s",
+            Algo::Py1br => "py1br",
+            Algo::Py1e => "py1e",
+        }
+    }
+
+    /// Whether the algorithm reads `block_size`.
+    pub fn uses_block_size(self) -> bool {
+        matches!(self, Algo::Py1br | Algo::Py1e)
+    }
+
+    /// Whether the algorithm reads `num_canonical_nodes`.
+    pub fn uses_canonical_nodes(self) -> bool {
+        !matches!(self, Algo::Naive)
+    }
+}
+
+/// The order of an epoch and what Streaming would warn about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shuffled {
+    /// The sample id at each position of the epoch.
+    pub ids: Vec<i64>,
+    /// `py1e` only: some shard piece was larger than its random block, so its
+    /// samples were not spread (Streaming warns about this).
+    pub block_smaller_than_shard: bool,
+}
+
+/// A half-open range of sample ids (or of positions).
+type Span = (i64, i64);
+
+/// `get_shuffle(algo, shard_sizes, num_canonical_nodes, seed, epoch,
+/// block_size)`. `num_canonical_nodes` is ignored by `naive` and
+/// `block_size` by every algorithm but `py1br` and `py1e`, as in Streaming.
+pub fn get_shuffle(
+    algo: Algo,
+    shard_sizes: &[i64],
+    num_canonical_nodes: u64,
+    seed: u64,
+    epoch: u64,
+    block_size: u64,
+) -> Result<Shuffled> {
+    let num_samples = total_samples(shard_sizes)?;
+    if algo.uses_canonical_nodes() && !(1..=MAX_CANONICAL_NODES).contains(&num_canonical_nodes) {
+        return Err(Error::Value(format!(
+            "num_canonical_nodes must be in [1, {MAX_CANONICAL_NODES}], got {num_canonical_nodes}"
+        )));
+    }
+    let run_seed = u128::from(seed);
+    let epoch_seed = u128::from(seed) + u128::from(epoch);
+    let ncn = num_canonical_nodes;
+    let mut block_smaller_than_shard = false;
+    let ids = match algo {
+        Algo::Naive => {
+            let mut ids = alloc_ids(num_samples)?;
+            ids.extend(0..num_samples as i64);
+            Generator::new(epoch_seed).shuffle(&mut ids);
+            ids
+        }
+        Algo::Py1s => py1s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
+        Algo::Py2s => py2s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
+        Algo::Py1br => py1br(
+            shard_sizes,
+            num_samples,
+            ncn,
+            run_seed,
+            epoch_seed,
+            block_size,
+        )?,
+        Algo::Py1e => py1e(
+            shard_sizes,
+            num_samples,
+            ncn,
+            run_seed,
+            epoch_seed,
+            block_size,
+            &mut block_smaller_than_shard,
+        )?,
+    };
+    Ok(Shuffled {
+        ids,
+        block_smaller_than_shard,
+    })
+}
+
+/// The number of samples, checking every size is non-negative and the total
+/// fits int64.
+fn total_samples(shard_sizes: &[i64]) -> Result<u64> {
+    let mut total: i64 = 0;
+    for (i, &size) in shard_sizes.iter().enumerate() {
+        if size < 0 {
+            return Err(Error::Value(format!(
+                "shard_sizes must be non-negative, got {size} at index {i}"
+            )));
+        }
+        total = total.checked_add(size).ok_or_else(|| {
+            Error::Overflow("the sum of shard_sizes must be at most 2**63 - 1".to_string())
+        })?;
+    }
+    Ok(total as u64)
+}
+
+/// An empty vector with room for `n` ids, or an error if it cannot be had.
+fn alloc_ids(n: u64) -> Result<Vec<i64>> {
+    let too_many = || Error::Overflow(format!("{n} samples are too many to materialise"));
+    let n = usize::try_from(n).map_err(|_| too_many())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| too_many())?;
+    Ok(v)
+}
+
+/// Each shard's span of sample ids, in shard order.
+fn shard_spans(shard_sizes: &[i64]) -> Vec<Span> {
+    let mut begin = 0i64;
+    shard_sizes
+        .iter()
+        .map(|&size| {
+            let span = (begin, begin + size);
+            begin += size;
+            span
+        })
+        .collect()
+}
+
+/// Cuts the spans, in order, into `num_parts` runs of `num_samples *
+/// (p + 1) / num_parts` cumulative samples, splitting a span that crosses a
+/// boundary (its head ends one part, its tail starts the next). Returns the
+/// pieces and, per part, the range of its pieces. Empty spans stay with the
+/// part being filled.
+fn divide_spans(
+    mut spans: Vec<Span>,
+    num_samples: u64,
+    num_parts: u64,
+) -> (Vec<Span>, Vec<(usize, usize)>) {
+    let mut pieces = Vec::with_capacity(spans.len() + num_parts as usize);
+    let mut parts = Vec::with_capacity(num_parts as usize);
+    let mut next = 0usize;
+    let mut so_far: u128 = 0;
+    for part in 0..u128::from(num_parts) {
+        let part_end = u128::from(num_samples) * (part + 1) / u128::from(num_parts);
+        let first = pieces.len();
+        while next < spans.len() {
+            let (begin, end) = spans[next];
+            let len = (end - begin) as u128;
+            if part_end < so_far + len {
+                if so_far < part_end {
+                    let split = (part_end - so_far) as i64;
+                    pieces.push((begin, begin + split));
+                    spans[next] = (begin + split, end);
+                    so_far = part_end;
+                }
+                break;
+            }
+            pieces.push((begin, end));
+            next += 1;
+            so_far += len;
+        }
+        parts.push((first, pieces.len()));
+    }
+    (pieces, parts)
+}
+
+/// The common start of `py1s`, `py1br` and `py1e`: shard spans shuffled by
+/// the run generator, cut into canonical nodes, each node's pieces shuffled
+/// by the epoch generator. Returns the pieces, the nodes' piece ranges and
+/// the epoch generator.
+fn node_spans(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+) -> (Vec<Span>, Vec<(usize, usize)>, Generator) {
+    let mut spans = shard_spans(shard_sizes);
+    Generator::new(run_seed).shuffle(&mut spans);
+    let (mut spans, parts) = divide_spans(spans, num_samples, ncn);
+    let mut rng = Generator::new(epoch_seed);
+    for &(first, last) in &parts {
+        rng.shuffle(&mut spans[first..last]);
+    }
+    (spans, parts, rng)
+}
+
+fn py2s(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+) -> Result<Vec<i64>> {
+    // Run order: shards shuffled, then each shard's samples, laid out in one
+    // buffer in the shuffled shard order.
+    let mut shards = shard_spans(shard_sizes);
+    let mut fixed = Generator::new(run_seed);
+    fixed.shuffle(&mut shards);
+    let mut buf = alloc_ids(num_samples)?;
+    let mut ranges = Vec::with_capacity(shards.len());
+    for &(begin, end) in &shards {
+        let at = buf.len();
+        buf.extend(begin..end);
+        fixed.shuffle(&mut buf[at..]);
+        ranges.push((at as i64, buf.len() as i64));
+    }
+    // Epoch order: the buffer ranges cut into nodes, each node's pieces
+    // shuffled and each piece's samples shuffled in place.
+    let (mut pieces, parts) = divide_spans(ranges, num_samples, ncn);
+    let mut rng = Generator::new(epoch_seed);
+    for &(first, last) in &parts {
+        rng.shuffle(&mut pieces[first..last]);
+        for &(begin, end) in &pieces[first..last] {
+            rng.shuffle(&mut buf[begin as usize..end as usize]);
+        }
+    }
+    let mut ids = alloc_ids(num_samples)?;
+    for &(begin, end) in &pieces {
+        ids.extend_from_slice(&buf[begin as usize..end as usize]);
+    }
+    Ok(ids)
+}
+
+/// Python's `int(factor * block_size)` (the product rounded as a double).
+fn scaled_block(factor: f64, block_size: u64) -> i128 {
+    (factor * block_size as f64) as i128
+}
+
+/// `integers(low, high)` for int64 with Python-int bounds, with Streaming's
+/// failure (ValueError) when the range is empty or out of int64.
+fn draw_between(rng: &mut Generator, low: i128, high: i128, block_size: u64) -> Result<i64> {
+    let top = high - 1;
+    if low > top || low < i128::from(i64::MIN) || top > i128::from(i64::MAX) {
+        return Err(Error::Value(format!(
+            "block_size={block_size} gives no valid random block size: integers({low}, {high}) \
+             needs low < high within int64"
+        )));
+    }
+    rng.integers_closed(low as i64, top as i64)
+}
+
+fn py1br(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+    block_size: u64,
+) -> Result<Vec<i64>> {
+    let (spans, parts, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let low = scaled_block(0.75, block_size);
+    let high = scaled_block(1.25, block_size);
+    if low < 1 || low - 1 > i128::from(i64::MAX) {
+        return Err(Error::Value(format!(
+            "block_size must be at least 2 for py1br (the stagger is drawn from \
+             [0, int(0.75 * block_size))) and int(0.75 * block_size) at most 2**63, \
+             got {block_size}"
+        )));
+    }
+    let mut stagger = vec![0i64; ncn as usize];
+    rng.integers_closed_fill(0, (low - 1) as i64, &mut stagger)?;
+    let mut ids = alloc_ids(num_samples)?;
+    let mut blocks: Vec<Span> = Vec::new();
+    for (node, &(first, last)) in parts.iter().enumerate() {
+        let node_start = ids.len() as i64;
+        for &(begin, end) in &spans[first..last] {
+            ids.extend(begin..end);
+        }
+        let node_stop = ids.len() as i64;
+        let st = stagger[node];
+        blocks.clear();
+        let mut blocks_end = node_start;
+        while blocks_end < node_stop {
+            let size = draw_between(&mut rng, low, high, block_size)?;
+            let start = (blocks_end - st).max(node_start);
+            let stop = (blocks_end + size - st).min(node_stop);
+            blocks.push((start, stop));
+            blocks_end += stop - start;
+        }
+        for &(start, stop) in &blocks {
+            rng.shuffle(&mut ids[start as usize..stop as usize]);
+        }
+    }
+    Ok(ids)
+}
+
+/// Samples per parallel piece of `py1s`.
+const PY1S_PIECE: i64 = 1 << 20;
+
+/// Fills `out` with each span's ids, each span shuffled in turn.
+fn fill_shuffled(rng: &mut Generator, spans: &[Span], out: &mut [i64]) {
+    let mut at = 0usize;
+    for &(begin, end) in spans {
+        let piece = &mut out[at..at + (end - begin) as usize];
+        for (slot, id) in piece.iter_mut().zip(begin..end) {
+            *slot = id;
+        }
+        rng.shuffle(piece);
+        at += piece.len();
+    }
+}
+
+/// Whether work should be split over the pool.
+fn go_parallel(num_samples: u64) -> bool {
+    parallel::num_threads() > 1 && num_samples >= parallel::PIECE as u64
+}
+
+/// A zeroed id buffer. Its pages are left untouched (a fresh zeroed
+/// mapping), so whoever fills a part of it faults that part in, in parallel.
+fn zeroed_ids(n: u64) -> Result<Vec<i64>> {
+    // Fail cleanly if the memory cannot be had, before asking for it zeroed.
+    drop(alloc_ids(n)?);
+    Ok(vec![0; n as usize])
+}
+
+fn py1s(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+) -> Result<Vec<i64>> {
+    let (spans, _, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let mut ids = zeroed_ids(num_samples)?;
+    if !go_parallel(num_samples) {
+        fill_shuffled(&mut rng, &spans, &mut ids);
+        return Ok(ids);
+    }
+    // The epoch generator is sequential: this thread only advances it past
+    // each piece of spans (no data), handing a copy of its state at the
+    // start of the piece to a task that does the piece for real.
+    parallel::install(|| {
+        rayon::scope(|scope| {
+            let mut rest: &mut [i64] = &mut ids;
+            let mut first = 0;
+            while first < spans.len() {
+                let start = rng.clone();
+                let mut last = first;
+                let mut len = 0i64;
+                while last < spans.len() && len < PY1S_PIECE {
+                    let size = spans[last].1 - spans[last].0;
+                    rng.skip_shuffle(size as usize);
+                    len += size;
+                    last += 1;
+                }
+                let (out, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+                rest = tail;
+                let piece = &spans[first..last];
+                scope.spawn(move |_| {
+                    let mut g = start;
+                    fill_shuffled(&mut g, piece, out);
+                });
+                first = last;
+            }
+        });
+    });
+    Ok(ids)
+}
+
+/// The `py1e` parameters shared by every canonical node.
+#[derive(Clone, Copy)]
+struct Py1eBlocks {
+    low: i128,
+    high: i128,
+    block_size: u64,
+}
+
+impl Py1eBlocks {
+    /// The shift range `(lower, upper)` of a piece of `size` samples at
+    /// `offset` in a node of `node_len`, for a drawn block.
+    fn bounds(block: i64, size: i64, offset: i64, node_len: i64) -> (f64, f64) {
+        let cutoff = ((i128::from(block) - i128::from(size)) as f64 / 2.0).max(0.0);
+        let lower = (-cutoff).max(-(offset as f64));
+        let upper = cutoff.min((node_len - offset - size) as f64);
+        (lower, upper)
+    }
+
+    /// Advances `rng` exactly as [`Py1eBlocks::node`] would, without the
+    /// samples; returns whether a block was smaller than its piece.
+    fn skip_node(&self, rng: &mut Generator, node: &[Span]) -> Result<bool> {
+        let mut small = false;
+        for &(begin, end) in node {
+            rng.skip_shuffle((end - begin) as usize);
+        }
+        for &(begin, end) in node {
+            let block = draw_between(rng, self.low, self.high, self.block_size)?;
+            small |= block < end - begin;
+            // uniform() takes one 64-bit draw per sample.
+            rng.bit_generator().advance((end - begin) as u128);
+        }
+        Ok(small)
+    }
+
+    /// One canonical node: its pieces' samples shuffled, each position
+    /// shifted within its piece's random block, sorted by shifted position,
+    /// into `out`. Returns whether a block was smaller than its piece.
+    fn node(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        out: &mut [i64],
+        scratch: &mut SortScratch,
+    ) -> Result<bool> {
+        fill_shuffled(rng, node, out);
+        let node_len = out.len() as i64;
+        scratch.begin(out.len());
+        // Every shift is at most half the largest block: once positions up
+        // to `j` are pushed, no later key falls below `j - reach` (plus a
+        // margin for rounding), so the buckets below are final and written
+        // out while they are still in cache.
+        let reach = (self.high - 1).max(0) as f64 / 2.0 + 2.0;
+        let stride = 1i64 << FINE_BITS;
+        let mut small = false;
+        let mut offset: i64 = 0;
+        for &(begin, end) in node {
+            let size = end - begin;
+            let block = draw_between(rng, self.low, self.high, self.block_size)?;
+            small |= block < size;
+            let (lower, upper) = Self::bounds(block, size, offset, node_len);
+            let mut g = rng.clone();
+            let mut j = offset;
+            while j < offset + size {
+                let stop = (j + stride).min(offset + size);
+                for p in j..stop {
+                    let key = p as f64 + g.uniform(lower, upper);
+                    scratch.push(key, out[p as usize]);
+                }
+                j = stop;
+                scratch.flush_below(j as f64 - reach, out);
+            }
+            *rng = g;
+            offset += size;
+        }
+        scratch.finish(out);
+        Ok(small)
+    }
+}
+
+fn py1e(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+    block_size: u64,
+    block_smaller_than_shard: &mut bool,
+) -> Result<Vec<i64>> {
+    let (spans, parts, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let node_len = |&(first, last): &(usize, usize)| -> i64 {
+        spans[first..last].iter().map(|&(b, e)| e - b).sum()
+    };
+    if parts.iter().any(|p| node_len(p) == 0) {
+        return Err(Error::Value(format!(
+            "num_canonical_nodes={ncn} leaves a canonical node without samples \
+             ({num_samples} samples in all): py1e needs at least one sample per canonical node"
+        )));
+    }
+    let blocks = Py1eBlocks {
+        low: scaled_block(0.75, block_size),
+        high: scaled_block(1.25, block_size),
+        block_size,
+    };
+    let mut ids = zeroed_ids(num_samples)?;
+    if !go_parallel(num_samples) || parts.len() == 1 {
+        let mut scratch = SortScratch::default();
+        let mut rest: &mut [i64] = &mut ids;
+        for part in &parts {
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
+            rest = tail;
+            let node = &spans[part.0..part.1];
+            *block_smaller_than_shard |= blocks.node(&mut rng, node, out, &mut scratch)?;
+        }
+        return Ok(ids);
+    }
+    // As in py1s: this thread advances the generator past each node and a
+    // task does the node from a copy of the state at its start.
+    let failure = std::sync::Mutex::new(None);
+    // Scratch buffers are reused across nodes (fresh pages are slow to fault
+    // in): a task takes one from the pool, or makes one, and returns it.
+    let pool: std::sync::Mutex<Vec<SortScratch>> = std::sync::Mutex::new(Vec::new());
+    let mut outcome: Result<()> = Ok(());
+    parallel::install(|| {
+        rayon::scope(|scope| {
+            let mut rest: &mut [i64] = &mut ids;
+            for part in &parts {
+                let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
+                rest = tail;
+                let node = &spans[part.0..part.1];
+                let start = rng.clone();
+                match blocks.skip_node(&mut rng, node) {
+                    Ok(small) => *block_smaller_than_shard |= small,
+                    Err(e) => {
+                        outcome = Err(e);
+                        return;
+                    }
+                }
+                let (failure, pool) = (&failure, &pool);
+                scope.spawn(move |_| {
+                    let mut g = start;
+                    let taken = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                    let mut scratch = taken.unwrap_or_default();
+                    if let Err(e) = blocks.node(&mut g, node, out, &mut scratch) {
+                        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    }
+                    pool.lock().unwrap_or_else(|p| p.into_inner()).push(scratch);
+                });
+            }
+        });
+    });
+    outcome?;
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(ids),
+    }
+}
+
+/// Fine buckets per coarse bucket, as a power of two (a coarse bucket's
+/// items fit in L1/L2 cache while they are sorted).
+const FINE_BITS: u32 = 11;
+
+/// Reorders `values` by `keys` (same length); equal keys keep their
+/// order. Keys are finite. See [`SortScratch::sort`].
+pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
+    SortScratch::default().sort(keys, values);
+}
+
+/// The buffers of the `py1e` sort, reusable from one node to the next.
+///
+/// Items are pushed in position order as `(key, value)`. A bucket sort on the
+/// integer part of the key, clamped to `[0, len)` (a non-decreasing map, so
+/// buckets are ordered): each item goes to its coarse bucket of
+/// `2^FINE_BITS` integers as it is pushed; then each coarse bucket (small
+/// enough for the cache) is counting-sorted on the integer part, and each
+/// integer bucket (a handful of items for `py1e`'s keys) sorted by key. Every
+/// step is stable, so equal keys keep their push order.
+#[derive(Debug, Default)]
+pub struct SortScratch {
+    len: usize,
+    /// Coarse buckets already written out, and the output position reached.
+    done: usize,
+    at: usize,
+    coarse: Vec<Vec<(f64, i64)>>,
+    fine: Vec<(f64, i64)>,
+    fine_starts: Vec<usize>,
+    next: Vec<usize>,
+}
+
+impl SortScratch {
+    /// Starts a sort of `len` items.
+    pub fn begin(&mut self, len: usize) {
+        self.len = len;
+        self.done = 0;
+        self.at = 0;
+        let count = if len == 0 {
+            0
+        } else {
+            ((len - 1) >> FINE_BITS) + 1
+        };
+        self.coarse.truncate(count);
+        for bucket in &mut self.coarse {
+            bucket.clear();
+        }
+        self.coarse.resize_with(count, Vec::new);
+    }
+
+    /// The integer bucket of a key.
+    #[inline(always)]
+    fn bucket(len: usize, key: f64) -> usize {
+        let top = (len - 1) as f64;
+        if key >= top {
+            len - 1
+        } else if key > 0.0 {
+            key as usize
+        } else {
+            0
+        }
+    }
+
+    /// Adds the next item (at most `len` of them).
+    #[inline(always)]
+    pub fn push(&mut self, key: f64, value: i64) {
+        if self.len == 0 {
+            return;
+        }
+        let c = Self::bucket(self.len, key) >> FINE_BITS;
+        self.coarse[c].push((key, value));
+    }
+
+    /// Writes out, in order, every coarse bucket whose keys all lie below
+    /// `bound`: the caller promises that no item pushed from now on has a key
+    /// below `bound`. Written items take the next positions of `out`, which
+    /// must not be read again (for `py1e`: positions are pushed in order and
+    /// a key is at most the shift bound away from its position).
+    pub fn flush_below(&mut self, bound: f64, out: &mut [i64]) {
+        while self.done < self.coarse.len() && (((self.done + 1) << FINE_BITS) as f64) <= bound {
+            self.write_bucket(self.done, out);
+            self.done += 1;
+        }
+    }
+
+    /// Writes the pushed values, ordered by key, into `out`.
+    pub fn finish(&mut self, out: &mut [i64]) {
+        while self.done < self.coarse.len() {
+            self.write_bucket(self.done, out);
+            self.done += 1;
+        }
+    }
+
+    /// Sorts coarse bucket `c` and writes its values at the next positions.
+    fn write_bucket(&mut self, c: usize, out: &mut [i64]) {
+        let width = 1usize << FINE_BITS;
+        let len = self.len;
+        let bucket = &mut self.coarse[c];
+        let base = c << FINE_BITS;
+        let starts = &mut self.fine_starts;
+        starts.clear();
+        starts.resize(width + 1, 0);
+        for &(k, _) in bucket.iter() {
+            starts[Self::bucket(len, k) - base + 1] += 1;
+        }
+        for f in 0..width {
+            starts[f + 1] += starts[f];
+        }
+        self.fine.clear();
+        self.fine.resize(bucket.len(), (0.0, 0));
+        self.next.clear();
+        self.next.extend_from_slice(&starts[..width]);
+        for &(k, v) in bucket.iter() {
+            let f = Self::bucket(len, k) - base;
+            self.fine[self.next[f]] = (k, v);
+            self.next[f] += 1;
+        }
+        bucket.clear();
+        // Items are now ordered by integer part: one insertion pass over the
+        // bucket moves items only within their integer bucket. A crowded
+        // integer bucket (never seen with py1e's keys) is sorted on its own
+        // so the pass stays linear.
+        let crowded = starts.windows(2).any(|w| w[1] - w[0] > 32);
+        if crowded {
+            for f in 0..width {
+                self.fine[starts[f]..starts[f + 1]].sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        } else {
+            insertion_sort(&mut self.fine);
+        }
+        let at = self.at.min(out.len());
+        let n = self.fine.len().min(out.len() - at);
+        for (o, &(_, v)) in out[at..at + n].iter_mut().zip(&self.fine) {
+            *o = v;
+        }
+        self.at = at + n;
+    }
+
+    /// Reorders `values` by `keys` (same length); equal keys keep their order.
+    pub fn sort(&mut self, keys: &[f64], values: &mut [i64]) {
+        let n = keys.len().min(values.len());
+        self.begin(n);
+        for (&k, &v) in keys[..n].iter().zip(&values[..n]) {
+            self.push(k, v);
+        }
+        self.finish(&mut values[..n]);
+    }
+}
+
+/// A stable insertion sort by key (buckets hold a handful of items).
+fn insertion_sort(items: &mut [(f64, i64)]) {
+    for i in 1..items.len() {
+        let item = items[i];
+        let mut j = i;
+        while j > 0 && items[j - 1].0 > item.0 {
+            items[j] = items[j - 1];
+            j -= 1;
+        }
+        items[j] = item;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_permutation(ids: &[i64]) -> bool {
+        let mut seen = vec![false; ids.len()];
+        ids.iter().all(|&x| {
+            let fresh = !seen[x as usize];
+            seen[x as usize] = true;
+            fresh
+        })
+    }
+
+    #[test]
+    fn every_algorithm_gives_a_permutation() {
+        let sizes = [5i64, 0, 17, 1, 1, 40, 3];
+        for algo in Algo::ALL {
+            for ncn in [1u64, 2, 5] {
+                let out = get_shuffle(algo, &sizes, ncn, 9, 2, 8).unwrap();
+                assert_eq!(out.ids.len(), 67);
+                assert!(is_permutation(&out.ids), "{algo:?} {ncn}");
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_and_sequential_agree() {
+        let sizes: Vec<i64> = (0..300).map(|i| (i * 7919) % 5000 + 1).collect();
+        for algo in Algo::ALL {
+            parallel::set_num_threads(1);
+            let a = get_shuffle(algo, &sizes, 6, 4, 1, 1 << 12).unwrap();
+            parallel::set_num_threads(2);
+            let b = get_shuffle(algo, &sizes, 6, 4, 1, 1 << 12).unwrap();
+            parallel::set_num_threads(0);
+            assert_eq!(a, b, "{algo:?}");
+        }
+    }
+
+    #[test]
+    fn divide_spans_splits_at_part_boundaries() {
+        let (pieces, parts) = divide_spans(vec![(0, 5), (5, 5), (5, 12)], 12, 3);
+        assert_eq!(pieces, [(0, 4), (4, 5), (5, 5), (5, 8), (8, 12)]);
+        assert_eq!(parts, [(0, 1), (1, 4), (4, 5)]);
+    }
+
+    #[test]
+    fn sort_by_keys_is_stable_on_ties() {
+        let keys = [2.5, 0.25, 2.5, 0.25, 1.0, 2.5, 0.0];
+        let mut out = [10, 11, 12, 13, 14, 15, 16];
+        sort_by_keys(&keys, &mut out);
+        assert_eq!(out, [16, 11, 13, 14, 10, 12, 15]);
+        // Many coarse buckets, keys out of range, big tie groups: compare
+        // with a stable comparison sort.
+        let mut g = Generator::new(3);
+        for n in [1usize, 2, 5000, 20_000] {
+            let keys: Vec<f64> = (0..n)
+                .map(|_| ((g.random() * 1.2 - 0.1) * n as f64 / 3.0).floor() / 2.0)
+                .collect();
+            let samples: Vec<i64> = (0..n as i64).map(|i| i * 7).collect();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
+            let expect: Vec<i64> = order.iter().map(|&i| samples[i]).collect();
+            let mut out = samples.clone();
+            sort_by_keys(&keys, &mut out);
+            assert_eq!(out, expect, "n {n}");
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(get_shuffle(Algo::Py1s, &[3, -1], 1, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1s, &[i64::MAX, 1], 1, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1s, &[3], 0, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Naive, &[3], 0, 0, 0, 8).is_ok());
+        assert!(get_shuffle(Algo::Py1e, &[3], 4, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1e, &[3], 1, 0, 0, 0).is_err());
+        assert!(get_shuffle(Algo::Py1br, &[3], 1, 0, 0, 1).is_err());
+        assert!(Algo::parse("py3").is_err());
+    }
+}

@@ -1,0 +1,228 @@
+"""epochplan.compat.streaming.get_shuffle against MosaicML Streaming's own
+get_shuffle, live (no stored outputs)."""
+
+from __future__ import annotations
+
+import types
+import warnings
+from typing import Any
+
+import epochplan
+import numpy as np
+import numpy.typing as npt
+import pytest
+from epochplan import _native
+from epochplan.compat.streaming import get_shuffle
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from streaming_ref import load_shuffle
+
+ALGOS = ["naive", "py1s", "py2s", "py1br", "py1e"]
+
+
+class _RecordingNumpy(types.ModuleType):
+    """numpy, except that ``argsort`` records its inputs (py1e's sort keys)."""
+
+    def __init__(self) -> None:
+        super().__init__("numpy")
+        self.keys: list[np.ndarray] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+    def argsort(self, a: Any, *args: Any, **kwargs: Any) -> Any:
+        self.keys.append(np.array(a, copy=True))
+        return np.argsort(a, *args, **kwargs)
+
+
+def _reference(
+    algo: str, sizes: npt.NDArray[np.int64], ncn: int, seed: int, epoch: int, block: int
+) -> tuple[Any, list[np.ndarray]]:
+    """Streaming's output (or exception type) and py1e's per-node sort keys."""
+    ref = load_shuffle()
+    recorder = _RecordingNumpy()
+    module = ref.py1e if algo == "py1e" else None
+    if module is not None:
+        module.np = recorder
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = ref.get_shuffle(algo, sizes, ncn, seed, epoch, block)
+    except Exception as exc:
+        out = type(exc)
+    finally:
+        if module is not None:
+            module.np = np
+    return out, recorder.keys
+
+
+def _ours(algo: str, sizes: Any, ncn: int, seed: int, epoch: int, block: int) -> Any:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return get_shuffle(algo, sizes, ncn, seed, epoch, block)
+    except Exception as exc:
+        return type(exc)
+
+
+def _assert_matches(
+    algo: str, sizes: npt.NDArray[np.int64], ncn: int, seed: int, epoch: int, block: int
+) -> None:
+    ref, keys = _reference(algo, sizes, ncn, seed, epoch, block)
+    ours = _ours(algo, sizes, ncn, seed, epoch, block)
+    case = f"{algo} sizes={sizes.tolist()[:20]} ncn={ncn} seed={seed} epoch={epoch} block={block}"
+    if isinstance(ref, type):
+        assert ours is ref, case
+        return
+    assert not isinstance(ours, type), f"{case}: raised {ours}"
+    assert ours.dtype == np.int64, case
+    assert ours.shape == ref.shape, case
+    if algo != "py1e" or all(len(np.unique(k)) == len(k) for k in keys):
+        np.testing.assert_array_equal(ours, ref, err_msg=case)
+        return
+    # Equal sort keys: numpy's argsort leaves their order undefined. The
+    # output must agree outside runs of equal keys and hold the same samples
+    # within each run.
+    offset = 0
+    for k in keys:
+        sorted_keys = np.sort(k)
+        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+        ends = np.r_[starts[1:], len(k)]
+        for s, e in zip(starts, ends, strict=True):
+            a = np.sort(ours[offset + s : offset + e])
+            b = np.sort(ref[offset + s : offset + e])
+            np.testing.assert_array_equal(a, b, err_msg=case)
+        offset += len(k)
+    assert offset == len(ref), case
+
+
+SIZE_PATTERNS: dict[str, list[int]] = {
+    "empty": [],
+    "one_sample": [1],
+    "one_shard": [37],
+    "ones": [1] * 50,
+    "with_zeros": [0, 5, 0, 0, 3, 9, 0],
+    "all_zero": [0, 0, 0],
+    "tiny_many": [1, 2, 3, 1, 2, 1, 1, 4] * 40,
+    "equal": [100] * 30,
+    "one_huge": [3, 50_000, 2, 7],
+    "mixed": [17, 1, 250, 3, 0, 64, 1024, 5, 2, 999],
+}
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("pattern", list(SIZE_PATTERNS))
+def test_grid(algo: str, pattern: str) -> None:
+    sizes = np.array(SIZE_PATTERNS[pattern], dtype=np.int64)
+    for ncn in (1, 2, 3, 8):
+        for seed, epoch in ((0, 0), (1, 0), (0, 1), (9176, 3), (2**63, 2**64 - 1)):
+            for block in (2, 5, 64, 1 << 18):
+                if block < 16 and sizes.sum() > 5000:
+                    continue  # Streaming's py1br loops in Python per block: slow.
+                _assert_matches(algo, sizes, ncn, seed, epoch, block)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    algo=st.sampled_from(ALGOS),
+    sizes=st.one_of(
+        st.lists(st.integers(0, 30), max_size=60),
+        st.lists(st.integers(0, 3000), max_size=12),
+        st.lists(st.sampled_from([0, 1, 2, 2**14]), max_size=8),
+    ),
+    ncn=st.integers(1, 12),
+    seed=st.one_of(st.integers(0, 2**16), st.integers(0, 2**64 - 1)),
+    epoch=st.integers(0, 50),
+    block=st.one_of(st.integers(0, 400), st.sampled_from([1, 2, 3, 4, 2**18, 2**30])),
+)
+def test_property(algo: str, sizes: list[int], ncn: int, seed: int, epoch: int, block: int) -> None:
+    _assert_matches(algo, np.array(sizes, dtype=np.int64), ncn, seed, epoch, block)
+
+
+def test_larger_inputs() -> None:
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 5000, 300)
+    for algo in ALGOS:
+        for ncn in (1, 7, 64):
+            _assert_matches(algo, sizes, ncn, 17, 2, 1 << 14)
+
+
+def test_independent_of_thread_count() -> None:
+    sizes = np.full(200, 3000, dtype=np.int64)
+    outs = []
+    for threads in (1, 2, 0):
+        epochplan.set_num_threads(threads)
+        outs.append([get_shuffle(a, sizes, 16, 3, 1, 1 << 12) for a in ALGOS])
+    epochplan.set_num_threads(0)
+    for a, b in zip(outs[0], outs[1], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_py1e_warns_like_streaming() -> None:
+    sizes = np.array([500, 3, 4], dtype=np.int64)
+    with pytest.warns(UserWarning, match="block size was smaller than shard size"):
+        get_shuffle("py1e", sizes, 1, 0, 0, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        get_shuffle("py1e", sizes, 1, 0, 0, 4096)
+
+
+def test_tie_rule_is_stable_order() -> None:
+    # py1e orders equal shifted positions by position (argsort kind="stable").
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 10, 100, 5000):
+        keys = np.floor(rng.uniform(0, n / 4 + 1, n) * 2) / 2
+        samples = rng.permutation(n)
+        got = _native._np_sort_by_keys(keys.tolist(), samples.tolist())
+        np.testing.assert_array_equal(got, samples[np.argsort(keys, kind="stable")])
+
+
+def test_bad_inputs() -> None:
+    sizes = np.array([3, 4], dtype=np.int64)
+    with pytest.raises(KeyError):
+        get_shuffle("py3s", sizes, 1, 0, 0)
+    for algo in ALGOS:
+        with pytest.raises(ValueError, match="shard_sizes"):
+            get_shuffle(algo, np.array([3, -1]), 1, 0, 0)
+        with pytest.raises(TypeError, match="shard_sizes"):
+            get_shuffle(algo, np.array([3.0, 1.0]), 1, 0, 0)
+        with pytest.raises(ValueError, match="shard_sizes"):
+            get_shuffle(algo, np.ones((2, 2), dtype=np.int64), 1, 0, 0)
+        with pytest.raises(OverflowError, match="shard_sizes"):
+            get_shuffle(algo, np.array([2**62, 2**62, 2**62]), 1, 0, 0)
+        with pytest.raises(ValueError, match="seed"):
+            get_shuffle(algo, sizes, 1, -1, 0)
+        with pytest.raises(TypeError, match="epoch"):
+            get_shuffle(algo, sizes, 1, 0, 1.5)  # type: ignore[arg-type]
+    # Streaming returns uninitialised memory (py1s, py1br, py1e) or fails
+    # (py2s) without canonical nodes; naive ignores them.
+    for algo in ["py1s", "py2s", "py1br", "py1e"]:
+        with pytest.raises(ValueError, match="num_canonical_nodes"):
+            get_shuffle(algo, sizes, 0, 0, 0)
+    assert len(get_shuffle("naive", sizes, 0, 0, 0)) == 7
+    # Streaming's own failures: an empty canonical node (py1e), an empty
+    # random block range (py1e, py1br).
+    with pytest.raises(ValueError, match="num_canonical_nodes"):
+        get_shuffle("py1e", sizes, 8, 0, 0)
+    with pytest.raises(ValueError, match="block_size"):
+        get_shuffle("py1e", sizes, 1, 0, 0, 0)
+    with pytest.raises(ValueError, match="block_size"):
+        get_shuffle("py1br", sizes, 1, 0, 0, 1)
+    with pytest.raises(ValueError, match="block_size"):
+        get_shuffle("py1br", sizes, 1, 0, 0, -4)
+    # Ignored arguments are ignored, as in Streaming.
+    np.testing.assert_array_equal(
+        get_shuffle("py1s", sizes, 1, 0, 0, block_size=None),  # type: ignore[arg-type]
+        get_shuffle("py1s", sizes, 1, 0, 0),
+    )
+
+
+def test_lists_and_numpy_scalars_are_accepted() -> None:
+    a = get_shuffle("py1e", [5, 6, 7], np.int64(2), np.uint32(4), np.int8(1), np.int64(64))
+    b = get_shuffle("py1e", np.array([5, 6, 7]), 2, 4, 1, 64)
+    np.testing.assert_array_equal(a, b)
+    assert len(get_shuffle("py1s", [], 3, 0, 0)) == 0

@@ -1,0 +1,64 @@
+"""examples/ddp_train.py under torchrun (torch.distributed.run), gloo on CPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "ddp_train.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(nproc: int, *args: str, cwd: Path) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    cmd += [str(EXAMPLE), *args]
+    # A session of its own, so a hang can be ended with all the ranks.
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("torchrun hung for more than 300 s")
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    return stdout
+
+
+def test_ddp_example_runs_exactly_and_resumes_on_fewer_ranks(tmp_path: Path) -> None:
+    full = torchrun(3, "--epochs", "2", cwd=tmp_path)
+    epochs = re.findall(
+        r"epoch (\d): 3 ranks, (\d+) steps, (\d+) samples, each once: (\w+), "
+        r"mean step loss ([\d.]+)",
+        full,
+    )
+    assert [e[:4] for e in epochs] == [("0", "16", "1001", "True"), ("1", "16", "1001", "True")]
+    assert float(epochs[1][4]) < float(epochs[0][4]) / 10  # it learns
+    final = re.findall(r"final weight .*", full)
+    assert len(final) == 1
+    # Preempted after 20 steps (4 into epoch 1) on 3 ranks, resumed on 2: same model.
+    ckpt = tmp_path / "ck.pt"
+    stop = torchrun(3, "--stop-after-steps", "20", "--checkpoint", str(ckpt), cwd=tmp_path)
+    assert "saved" in stop and ckpt.exists()
+    resumed = torchrun(2, "--epochs", "2", "--resume", str(ckpt), cwd=tmp_path)
+    assert re.search(r"epoch 1: 2 ranks, 12 steps, 745 samples, each once: True", resumed)
+    assert re.findall(r"final weight .*", resumed) == final

@@ -1,0 +1,605 @@
+"""epochplan.torch samplers in one process: parity with torch, exactness, state, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data.distributed as torch_dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+import epochplan as ep
+import epochplan.torch as et
+
+SIZES = [*range(0, 26), 64, 100, 1001]
+WORLDS = [1, 2, 3, 4, 5, 7, 8, 16]
+
+
+def torch_ranks(n: int, w: int, **kw: object) -> list[list[int]]:
+    return [list(torch_dist.DistributedSampler(range(n), w, r, **kw)) for r in range(w)]  # type: ignore[arg-type]
+
+
+def our_ranks(n: int, w: int, **kw: object) -> list[list[int]]:
+    return [list(et.DistributedSampler(range(n), w, r, **kw)) for r in range(w)]  # type: ignore[arg-type]
+
+
+def interleave(ranks: list[list[int]]) -> list[int]:
+    """Rank r's k-th index is position k * W + r of the padded global list."""
+    return [i for column in itertools.zip_longest(*ranks) for i in column if i is not None]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_distributed_sampler_matches_torch_without_shuffle(drop_last: bool) -> None:
+    for n, w in itertools.product(SIZES, WORLDS):
+        ours = our_ranks(n, w, shuffle=False, drop_last=drop_last)
+        assert ours == torch_ranks(n, w, shuffle=False, drop_last=drop_last), (n, w)
+        for r in range(w):
+            a = et.DistributedSampler(range(n), w, r, shuffle=False, drop_last=drop_last)
+            b = torch_dist.DistributedSampler(range(n), w, r, shuffle=False, drop_last=drop_last)
+            assert (len(a), a.num_samples, a.total_size) == (len(b), b.num_samples, b.total_size)
+            assert (a.num_replicas, a.rank, a.epoch, a.seed, a.drop_last, a.shuffle) == (
+                b.num_replicas,
+                b.rank,
+                b.epoch,
+                b.seed,
+                b.drop_last,
+                b.shuffle,
+            )
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_distributed_sampler_shuffled_counts_padding_and_order(drop_last: bool) -> None:
+    for n, w in itertools.product(SIZES, WORLDS):
+        ours = our_ranks(n, w, seed=3, drop_last=drop_last)
+        theirs = torch_ranks(n, w, seed=3, drop_last=drop_last)
+        assert [len(r) for r in ours] == [len(r) for r in theirs], (n, w)
+        order = np.asarray(ep.Permutation(n, seed=3, epoch=0)).tolist()
+        total = len(ours[0]) * w
+        # The padded global list repeats the order's beginning (position p -> p mod N).
+        assert interleave(ours) == [order[p % n] for p in range(total)], (n, w)
+        if not drop_last:
+            assert set(interleave(ours)) == set(range(n))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_distributed_sampler_across_chunk_boundaries(shuffle: bool) -> None:
+    n, w = 200_003, 3
+    order = np.asarray(ep.Permutation(n, seed=5, epoch=2)) if shuffle else np.arange(n)
+    for r in range(w):
+        s = et.DistributedSampler(range(n), w, r, shuffle=shuffle, seed=5)
+        s.set_epoch(2)
+        got = np.fromiter(s, dtype=np.int64)
+        padded = np.concatenate([order, order[: s.total_size - n]])
+        assert np.array_equal(got, padded[r::w])
+        if not shuffle:
+            t = torch_dist.DistributedSampler(range(n), w, r, shuffle=False)
+            assert got.tolist() == list(t)
+
+
+def test_seed_and_epoch_are_hashed_not_added() -> None:
+    def first(seed: int, epoch: int) -> list[int]:
+        s = et.DistributedSampler(range(1000), 1, 0, seed=seed)
+        s.set_epoch(epoch)
+        return list(s)
+
+    assert first(0, 1) != first(1, 0)
+    assert first(0, 0) != first(0, 1)
+    assert first(7, 3) == first(7, 3)
+    # Negative seeds (accepted by torch) are keyed modulo 2**64.
+    assert first(-1, 0) == first(2**64 - 1, 0)
+
+
+def test_bad_rank_errors_match_torch() -> None:
+    for w, r in [(2, 2), (2, -1), (0, 0), (3, 5)]:
+        with pytest.raises(ValueError) as theirs:
+            torch_dist.DistributedSampler(range(4), w, r)
+        with pytest.raises(ValueError) as ours:
+            et.DistributedSampler(range(4), w, r)
+        assert str(ours.value) == str(theirs.value)
+    with pytest.raises(TypeError, match="rank must be an int"):
+        et.DistributedSampler(range(4), 2, "1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="num_replicas must be an int"):
+        et.ElasticBatchSampler(4, 2, 1, num_replicas=2.0, rank=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="micro_batch_size must be >= 1"):
+        et.ElasticBatchSampler(4, 2, 0, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="global_batch_size"):
+        et.ElasticBatchSampler(4, 0, 1, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        et.ChunkSampler(4, 2, 1, 0, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        et.ChunkSampler(4, 0, 1, 2, num_replicas=1, rank=0)
+
+
+def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not torch.distributed.is_initialized()
+    with pytest.raises(ValueError, match="num_replicas and rank not given"):
+        et.resolve_rank()
+    with pytest.raises(ValueError, match="rank not given"):
+        et.DistributedSampler(range(4), num_replicas=2)
+    # A callable (JAX: jax.process_index(), jax.process_count()).
+    assert et.resolve_rank(rank_fn=lambda: (1, 3)) == (1, 3)
+    assert et.ElasticBatchSampler(9, 3, 1, rank_fn=lambda: (2, 3)).rank == 2
+    et.set_rank_provider(lambda: (0, 5))
+    try:
+        assert et.resolve_rank() == (0, 5)
+        assert et.resolve_rank(rank_fn=lambda: (1, 2)) == (1, 2)
+        assert et.resolve_rank(num_replicas=7) == (0, 7)
+        # Environment variables come before a provider; explicit arguments first.
+        monkeypatch.setenv("RANK", "3")
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        assert et.resolve_rank() == (3, 4)
+        assert et.resolve_rank(8, 5) == (5, 8)
+        s = et.DistributedSampler(range(10))
+        assert (s.rank, s.num_replicas) == (3, 4)
+        monkeypatch.setenv("RANK", "4")
+        with pytest.raises(ValueError, match=r"Invalid rank 4, .*\[0, 3\] \(from the RANK"):
+            et.resolve_rank()
+        monkeypatch.delenv("WORLD_SIZE")
+        with pytest.raises(ValueError, match="RANK is set but WORLD_SIZE is not"):
+            et.resolve_rank()
+        monkeypatch.setenv("WORLD_SIZE", "four")
+        with pytest.raises(ValueError, match="WORLD_SIZE must be an int"):
+            et.resolve_rank()
+    finally:
+        et.set_rank_provider(None)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(TypeError, match="must return"):
+        et.resolve_rank(rank_fn=lambda: 3)  # type: ignore[arg-type, return-value]
+    with pytest.raises(ValueError, match=r"Invalid rank 3, .*\[0, 2\] \(from the rank provider"):
+        et.resolve_rank(rank_fn=lambda: (3, 3))
+    with pytest.raises(TypeError, match="fn must be callable"):
+        et.set_rank_provider(3)  # type: ignore[arg-type]
+
+
+@given(n=st.integers(0, 300), w=st.integers(1, 9), shuffle=st.booleans(), seed=st.integers(0, 9))
+@settings(max_examples=60, deadline=None)
+def test_exact_sampler_covers_each_sample_once(n: int, w: int, shuffle: bool, seed: int) -> None:
+    ranks = [list(et.ExactDistributedSampler(range(n), w, r, shuffle, seed)) for r in range(w)]
+    sizes = [len(r) for r in ranks]
+    assert max(sizes) - min(sizes) <= 1
+    assert sorted(itertools.chain(*ranks)) == list(range(n))
+    kind = "cipher" if shuffle else "identity"
+    order = np.asarray(ep.Permutation(n, seed=seed, kind=kind)).tolist()
+    assert interleave(ranks) == order
+    for r, ids in enumerate(ranks):
+        s = et.ExactDistributedSampler(range(n), w, r, shuffle, seed)
+        assert len(s) == s.num_samples == len(ids) and s.total_size == n
+
+
+@pytest.mark.parametrize("cls", [et.DistributedSampler, et.ExactDistributedSampler])
+def test_strided_state_dict_round_trip(cls: type[et.DistributedSampler]) -> None:
+    n, w, r = 30_000, 3, 2
+    s = cls(range(n), w, r, seed=4)
+    s.set_epoch(6)
+    full = list(s)
+    assert s.state_dict() == {"epoch": 6, "seed": 4, "yielded": len(full)}
+    for k in [0, 1, 1023, 1024, 1025, 3000, len(full)]:
+        it = iter(s)
+        head = list(itertools.islice(it, k))
+        state = json.loads(json.dumps(s.state_dict()))
+        assert state["yielded"] == k
+        fresh = cls(range(n), w, r)
+        fresh.load_state_dict(state)
+        assert fresh.state_dict() == state
+        assert head + list(fresh) == full
+        # Only the first iteration after a load resumes.
+        assert list(fresh) == full
+    with pytest.raises(ValueError, match="yielded"):
+        s.load_state_dict({"epoch": 0, "seed": 0, "yielded": len(full) + 1})
+    with pytest.raises(ValueError, match="missing"):
+        s.load_state_dict({"epoch": 0})
+
+
+def collect(sampler: et.ElasticBatchSampler) -> list[et.WeightedIndices]:
+    return list(sampler)
+
+
+@given(
+    n=st.integers(0, 200),
+    g=st.integers(1, 40),
+    b=st.integers(1, 9),
+    w=st.integers(1, 7),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 5),
+)
+@settings(max_examples=60, deadline=None)
+def test_elastic_sampler_is_exact_equal_step_and_elastic(
+    n: int, g: int, b: int, w: int, drop_last: bool, seed: int
+) -> None:
+    ranks = [
+        collect(
+            et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=r, seed=seed, drop_last=drop_last)
+        )
+        for r in range(w)
+    ]
+    plan = ep.EpochPlan(n, g, seed=seed, drop_last=drop_last)
+    order = np.asarray(ep.Permutation(n, seed=seed)).tolist()
+    # The same number of micro-batches, and of steps, on every rank; never empty.
+    assert len({len(r) for r in ranks}) == 1
+    assert len(ranks[0]) == len(
+        et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=0, drop_last=drop_last)
+    )
+    seen: list[int] = []
+    for step in range(plan.num_steps):
+        batches = [[mb for mb in r if mb.step == step] for r in ranks]
+        assert len({len(x) for x in batches}) == 1
+        n_t = plan.step_size(step)
+        real = []
+        for per_rank in batches:
+            assert [mb.step_end for mb in per_rank] == [False] * (len(per_rank) - 1) + [True]
+            for mb in per_rank:
+                assert 1 <= len(mb) <= b and len(mb.weights) == len(mb)
+                assert all(isinstance(i, int) for i in mb)
+                real += [i for i, x in zip(mb, mb.weights, strict=True) if x > 0]
+                assert set(mb.weights.tolist()) <= {0.0, w / n_t}
+        # Elastic: step t is positions [tG, tG + n_t) of the order, for any W.
+        assert sorted(real) == sorted(order[step * g : step * g + n_t])
+        seen += real
+    assert len(seen) == len(set(seen)) == (plan.num_steps * g if drop_last else n)
+
+
+def test_elastic_sampler_state_resumes_on_other_world_sizes() -> None:
+    n, g = 1001, 64
+    for w, b, w2, b2 in [(3, 8, 2, 8), (2, 5, 4, 3), (4, 8, 1, 64)]:
+        for stop in [0, 1, 5, 17, 40]:
+            # Every rank of W runs `stop` micro-batches; the states agree.
+            samplers = [
+                et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=r, seed=2) for r in range(w)
+            ]
+            consumed: list[list[et.WeightedIndices]] = []
+            states = []
+            for s in samplers:
+                s.set_epoch(1)
+                consumed.append(list(itertools.islice(iter(s), stop)))
+                states.append(json.loads(json.dumps(s.state_dict())))
+            assert all(st == states[0] for st in states)
+            state = states[0]
+            last = consumed[0][-1] if consumed[0] else None
+            # A step boundary: after a step's last micro-batch, the next step; mid-step,
+            # the start of the current step.
+            step = 0 if last is None else last.step + (1 if last.step_end else 0)
+            assert state["cursor"] == min(step * g, n) and state["epoch"] == 1
+            done = [
+                i
+                for per in consumed
+                for mb in per
+                if mb.step < step
+                for i, x in zip(mb, mb.weights, strict=True)
+                if x > 0
+            ]
+            rest = []
+            for r in range(w2):
+                s2 = et.ElasticBatchSampler(n, g, b2, num_replicas=w2, rank=r, seed=0)
+                s2.load_state_dict(state)
+                assert s2.epoch == 1 and s2.seed == 2
+                expected_len = len(s2)
+                items = list(s2)
+                assert len(items) == expected_len
+                assert all(mb.step >= step for mb in items)
+                rest += [i for mb in items for i, x in zip(mb, mb.weights, strict=True) if x > 0]
+            assert sorted(done + rest) == list(range(n))
+
+
+def test_elastic_len_after_load_and_iteration_rules() -> None:
+    s = et.ElasticBatchSampler(1001, 64, 8, num_replicas=3, rank=1)
+    full = list(s)
+    for step in [0, 1, 7, 15, 16]:
+        s.load_state_dict(s.state_dict_at_step(step))
+        assert len(s) == len([mb for mb in full if mb.step >= step])
+        assert list(s) == [mb for mb in full if mb.step >= step]
+        # Later iterations start at step 0 again.
+        assert len(s) == len(full) and list(s) == full
+    # A new epoch starts at step 0; the same epoch keeps a loaded cursor.
+    s.load_state_dict(s.state_dict_at_step(3))
+    s.set_epoch(0)
+    assert next(iter(s)).step == 3
+    s.load_state_dict(s.state_dict_at_step(3))
+    s.set_epoch(1)
+    assert next(iter(s)).step == 0 and s.state_dict()["epoch"] == 1
+    with pytest.raises(ValueError, match="step must be in"):
+        s.state_dict_at_step(17)
+
+
+def test_elastic_load_rejects_other_datasets() -> None:
+    s = et.ElasticBatchSampler(100, 10, 2, num_replicas=1, rank=0)
+    for key, value in [("num_samples", 99), ("global_batch_size", 20), ("drop_last", True)]:
+        other = dict(s.state_dict(), **{key: value})
+        with pytest.raises(ValueError, match=key):
+            s.load_state_dict(other)
+    with pytest.raises(ValueError, match="format_version"):
+        s.load_state_dict(dict(s.state_dict(), format_version=99))
+    with pytest.raises(ValueError, match="kind"):
+        s.load_state_dict(
+            et.ElasticBatchSampler(100, 10, 2, num_replicas=1, rank=0, kind="identity").state_dict()
+        )
+
+
+class Squares(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """Sample i is (i**2 as a float64 tensor, i)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.tensor([float(i) ** 2], dtype=torch.float64), i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_weights_reach_the_training_loop(num_workers: int) -> None:
+    n, g, b, w = 203, 16, 3, 3
+    sampler = et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=2, seed=1)
+    expected = list(sampler)
+    loader = DataLoader(
+        sampler.wrap_dataset(Squares(n)),
+        batch_sampler=sampler,
+        collate_fn=sampler.collate(dtype=torch.float64),
+        num_workers=num_workers,
+    )
+    got = list(loader)
+    assert len(got) == len(expected) == len(loader)
+    for batch, mb in zip(got, expected, strict=True):
+        assert isinstance(batch, et.WeightedBatch)
+        x, ids = batch.data
+        assert batch.indices.tolist() == ids.tolist() == list(mb)
+        assert torch.equal(x[:, 0], batch.indices.double() ** 2)
+        assert batch.sample_weight.dtype == torch.float64
+        assert batch.sample_weight.tolist() == mb.weights.tolist()
+        assert (batch.step, batch.step_end) == (mb.step, mb.step_end)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_plain_dataloader_resumes_from_a_loaded_state(num_workers: int) -> None:
+    # A DataLoader calls iter(batch_sampler) twice before the first batch.
+    sampler = et.ElasticBatchSampler(100, 16, 4, num_replicas=2, rank=1, seed=5)
+    full = [list(mb) for mb in sampler]
+    sampler.load_state_dict(sampler.state_dict_at_step(3))
+    loader = DataLoader(
+        sampler.wrap_dataset(Squares(100)),
+        batch_sampler=sampler,
+        collate_fn=sampler.collate(),
+        num_workers=num_workers,
+    )
+    assert len(loader) == len(full) - 3 * 2
+    assert [b.indices.tolist() for b in loader] == full[3 * 2 :]
+    assert [b.indices.tolist() for b in loader] == full  # the next epoch pass: from step 0
+    strided = et.DistributedSampler(range(100), 3, 2)
+    head = list(strided)
+    strided.load_state_dict({"epoch": 0, "seed": 0, "yielded": 10})
+    plain = DataLoader(range(100), sampler=strided, batch_size=4, num_workers=num_workers)
+    assert [i for b in plain for i in b.tolist()] == head[10:]
+
+
+class Batched(Squares):
+    """A dataset whose __getitems__ returns a ready batch (a dict), not a list."""
+
+    def __getitems__(self, ids: list[int]) -> dict[str, torch.Tensor]:
+        return {"ids": torch.tensor(ids)}
+
+
+def test_wrapped_dataset_passes_getitems_batches_through() -> None:
+    sampler = et.ElasticBatchSampler(30, 8, 3, num_replicas=2, rank=0)
+    loader = DataLoader(
+        sampler.wrap_dataset(Batched(30)),
+        batch_sampler=sampler,
+        collate_fn=sampler.collate(collate_fn=lambda batch: batch, dtype=torch.float64),
+    )
+    for batch, mb in zip(loader, sampler, strict=True):
+        assert batch.data["ids"].tolist() == batch.indices.tolist() == list(mb)
+        assert batch.sample_weight.tolist() == mb.weights.tolist()
+    plain = DataLoader(sampler.wrap_dataset(Batched(30)), batch_size=4, collate_fn=lambda b: b)
+    assert next(iter(plain))["ids"].tolist() == [0, 1, 2, 3]
+
+
+def test_subclass_hooks_serve_precomputed_plans() -> None:
+    """A subclass reading a rank's ids from a precomputed array (as plan files would)."""
+
+    class Precomputed(et.ElasticBatchSampler):
+        def _build_plan(self, epoch: int) -> ep.EpochPlan:
+            plan = super()._build_plan(epoch)
+            self.table = plan.rank_indices(self.rank, self.num_replicas)
+            return plan
+
+        def _step_ids(self, step: int) -> np.ndarray:
+            a = self.plan.rank_step_offset(step, self.rank, self.num_replicas)
+            z = self.plan.rank_step_offset(step + 1, self.rank, self.num_replicas)
+            return self.table[a:z]
+
+    for r in range(3):
+        kw = {"num_replicas": 3, "rank": r, "seed": 2}
+        mine, base = Precomputed(500, 48, 5, **kw), et.ElasticBatchSampler(500, 48, 5, **kw)
+        for s in (mine, base):
+            s.set_epoch(3)
+        assert [(list(m), m.weights.tolist(), m.step) for m in mine] == [
+            (list(m), m.weights.tolist(), m.step) for m in base
+        ]
+        mine.load_state_dict(base.state_dict_at_step(4))
+        assert next(iter(mine)).step == 4
+
+
+def test_collate_without_wrapped_dataset_says_what_to_do() -> None:
+    sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0)
+    loader = DataLoader(Squares(10), batch_sampler=sampler, collate_fn=sampler.collate())
+    with pytest.raises(TypeError, match="wrap_dataset"):
+        next(iter(loader))
+    # Unwrapped, the sampler still indexes any dataset (weights unused).
+    plain = DataLoader(Squares(10), batch_sampler=sampler)
+    assert sorted(i for _, ids in plain for i in ids.tolist()) == list(range(10))
+
+
+def test_pickling_and_spawned_workers() -> None:
+    sampler = et.ElasticBatchSampler(50, 8, 3, num_replicas=2, rank=1, seed=3)
+    sampler.set_epoch(2)
+    clone = pickle.loads(pickle.dumps(sampler))
+    assert list(clone) == list(sampler) and repr(clone) == repr(sampler)
+    mb = next(iter(sampler))
+    back = pickle.loads(pickle.dumps(mb))
+    assert type(back) is et.WeightedIndices and back == mb and back.step == mb.step
+    assert back.weights.tolist() == mb.weights.tolist() and back.step_end == mb.step_end
+    for s in [
+        et.DistributedSampler(range(50), 3, 1, seed=3),
+        et.ExactDistributedSampler(range(50), 3, 1),
+        et.ChunkSampler(50, 5, 2, 8, num_replicas=2, rank=0),
+    ]:
+        assert list(pickle.loads(pickle.dumps(s))) == list(s)
+    loader = DataLoader(
+        sampler.wrap_dataset(Squares(50)),
+        batch_sampler=sampler,
+        collate_fn=sampler.collate(),
+        num_workers=1,
+        multiprocessing_context="spawn",
+    )
+    batches = list(loader)
+    assert [b.indices.tolist() for b in batches] == [list(m) for m in sampler]
+    assert [b.sample_weight.tolist() for b in batches] == [
+        torch.tensor(m.weights, dtype=torch.float32).tolist() for m in sampler
+    ]
+
+
+def stateful_run(
+    w: int, b: int, num_workers: int, stop: int | None, state: dict[str, object] | None
+) -> tuple[list[list[et.WeightedBatch]], list[dict[str, object]]]:
+    """Per rank, the batches of a StatefulDataLoader run (stopping after `stop`) and its state."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    out, states = [], []
+    for r in range(w):
+        sampler = et.ElasticBatchSampler(301, 24, b, num_replicas=w, rank=r, seed=9)
+        loader = StatefulDataLoader(
+            sampler.wrap_dataset(Squares(301)),
+            batch_sampler=sampler,
+            collate_fn=sampler.collate(),
+            num_workers=num_workers,
+        )
+        if state is not None:
+            loader.load_state_dict(state)
+        got = []
+        for batch in loader:
+            got.append(batch)
+            if stop is not None and len(got) == stop:
+                break
+        states.append(loader.state_dict())
+        out.append(got)
+    return out, states
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resumes_on_another_world_size(num_workers: int) -> None:
+    # Rank batches: W=3, b=4: 8 real per rank per step -> 2 micro-batches per step.
+    first, states = stateful_run(3, 4, num_workers, stop=7, state=None)
+    # Stopped mid-step 3 (its first micro-batch): resume at the start of step 3.
+    assert all(b[-1].step == 3 and not b[-1].step_end for b in first)
+    main = states[0]["_snapshot"]["_main_snapshot"] if num_workers else states[0]  # type: ignore[index]
+    assert main["_index_sampler_state"]["cursor"] == 3 * 24  # type: ignore[index]
+    done = [i for r in first for batch in r if batch.step < 3 for i in batch.indices.tolist()]
+    # Resume on W=2 with another micro-batch size; a StatefulDataLoader keeps its worker count.
+    rest, _ = stateful_run(2, 5, num_workers, stop=None, state=states[0])
+    assert all(batch.step >= 3 for r in rest for batch in r)
+    real = [
+        i
+        for r in rest
+        for batch in r
+        for i, x in zip(batch.indices.tolist(), batch.sample_weight.tolist(), strict=True)
+        if x > 0
+    ]
+    assert sorted(done + real) == list(range(301))
+
+
+def test_distributed_sampler_inside_stateful_dataloader() -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader() -> StatefulDataLoader:
+        sampler = et.DistributedSampler(range(5000), 3, 1, seed=8)
+        sampler.set_epoch(4)
+        return StatefulDataLoader(range(5000), sampler=sampler, batch_size=100)
+
+    full = [i for b in loader() for i in b.tolist()]
+    first = loader()
+    it = iter(first)
+    head = [i for _ in range(7) for i in next(it).tolist()]
+    state = first.state_dict()
+    again = loader()
+    again.sampler.set_epoch(0)  # the state restores the epoch
+    again.load_state_dict(state)
+    assert head + [i for b in again for i in b.tolist()] == full
+
+
+def test_chunk_sampler_windows_touch_at_most_preload_nchunks() -> None:
+    n, c, k = 1037, 10, 3
+    perm = np.asarray(ep.Permutation(n, seed=4, kind="chunked", chunk_size=c, preload_nchunks=k))
+    chunk_of = perm // c
+    sizes = np.bincount(np.arange(n) // c)
+    # Cut the order into windows: a window closes when it holds k complete chunks.
+    windows, start, counts = [], 0, {}
+    for p, chunk in enumerate(chunk_of.tolist()):
+        counts[chunk] = counts.get(chunk, 0) + 1
+        assert len(counts) <= k, "a window touches more than preload_nchunks chunks"
+        complete = all(counts[x] == sizes[x] for x in counts)
+        if complete and (len(counts) == k or p == n - 1):
+            windows.append((start, p + 1, set(counts)))
+            start, counts = p + 1, {}
+    assert start == n and len(windows) == math.ceil(math.ceil(n / c) / k)
+    window_of = np.empty(n, dtype=np.int64)
+    for j, (a, z, _) in enumerate(windows):
+        window_of[a:z] = j
+    position_of = np.argsort(perm)
+    for w in [1, 2, 3]:
+        seen = []
+        for r in range(w):
+            s = et.ChunkSampler(n, c, k, 32, num_replicas=w, rank=r, seed=4)
+            assert s.plan.kind == "chunked"
+            ids = [i for mb in s for i, x in zip(mb, mb.weights, strict=True) if x > 0]
+            seen += ids
+            # A rank's reads in a window stay inside that window's chunks.
+            for j, (_, _, chunks) in enumerate(windows):
+                mine = [i for i in ids if window_of[position_of[i]] == j]
+                assert {i // c for i in mine} <= chunks
+            # And it reads the windows in order.
+            assert np.all(np.diff(window_of[position_of[ids]]) >= 0)
+        assert sorted(seen) == list(range(n))
+
+
+def test_chunk_sampler_is_elastic_and_resumable() -> None:
+    n, c, k, g = 500, 7, 2, 20
+    steps = {}
+    for w in [1, 3]:
+        for r in range(w):
+            for mb in et.ChunkSampler(n, c, k, g, num_replicas=w, rank=r, seed=1):
+                steps.setdefault((w, mb.step), []).extend(
+                    i for i, x in zip(mb, mb.weights, strict=True) if x > 0
+                )
+    for t in range(25):
+        assert sorted(steps[(1, t)]) == sorted(steps[(3, t)])
+    s = et.ChunkSampler(n, c, k, g, num_replicas=3, rank=0, seed=1)
+    assert len(next(iter(s))) == 7  # ceil(20 / 3): one micro-batch per rank and step
+    state = s.state_dict_at_step(10)
+    s2 = et.ChunkSampler(n, c, k, g, num_replicas=2, rank=1)
+    s2.load_state_dict(state)
+    assert next(iter(s2)).step == 10 and s2.seed == 1
+
+
+def test_import_epochplan_does_not_import_torch() -> None:
+    code = "import sys, epochplan; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_reprs() -> None:
+    assert repr(et.DistributedSampler(range(5), 2, 1)).startswith(
+        "DistributedSampler(num_samples=5"
+    )
+    assert "kind='chunked'" in repr(et.ChunkSampler(9, 3, 1, 3, num_replicas=1, rank=0))
