@@ -439,3 +439,107 @@ def test_files_load_in_a_forked_worker(tmp_path: Path) -> None:
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+
+
+# ---------------------------------------------------------- PlanSampler
+
+
+@pytest.mark.parametrize(
+    ("n", "g", "w", "b", "kind", "drop_last"),
+    [
+        (1000, 64, 3, 5, "cipher", False),
+        (1001, 100, 8, 4, "uniform", True),
+        (50, 40, 8, 1, "chunked", False),
+    ],
+)
+def test_plan_sampler_matches_elastic_batch_sampler(
+    tmp_path: Path, n: int, g: int, w: int, b: int, kind: str, drop_last: bool
+) -> None:
+    pt = pytest.importorskip("epochplan.torch")
+    chunks = {"chunk_size": 7, "preload_nchunks": 2} if kind == "chunked" else {}
+    d = write_plan(
+        tmp_path / "p", n, g, w, seed=4, epochs=(1, 2), kind=kind, drop_last=drop_last, **chunks
+    )
+    for rank in range(w):
+        mine = pt.PlanSampler(d.path, micro_batch_size=b, rank=rank, num_replicas=w)
+        theirs = pt.ElasticBatchSampler(
+            n, g, b, num_replicas=w, rank=rank, seed=4, kind=kind, drop_last=drop_last, **chunks
+        )
+        assert mine.epoch == 1
+        for epoch in (1, 2):
+            mine.set_epoch(epoch)
+            theirs.set_epoch(epoch)
+            got, want = list(mine), list(theirs)
+            assert len(mine) == len(theirs) == len(got) == len(want)
+            for x, y in zip(got, want, strict=True):
+                assert list(x) == list(y)
+                np.testing.assert_array_equal(x.weights, y.weights)
+                assert (x.step, x.step_end) == (y.step, y.step_end)
+
+
+def test_plan_sampler_steps_are_views_of_the_file(tmp_path: Path) -> None:
+    pt = pytest.importorskip("epochplan.torch")
+    d = write_plan(tmp_path / "p", 1000, 64, 3)
+    s = pt.PlanSampler(d.path, micro_batch_size=8, rank=1, num_replicas=3)
+    ids = s._step_ids(2)
+    assert isinstance(ids.base, np.memmap) or isinstance(ids, np.memmap)
+    assert not ids.flags.writeable
+    np.testing.assert_array_equal(ids, s.plan.step_indices(2, 1, 3))
+
+
+def test_plan_sampler_resumes_like_elastic_batch_sampler(tmp_path: Path) -> None:
+    pt = pytest.importorskip("epochplan.torch")
+    d = write_plan(tmp_path / "p", 5000, 128, 4, seed=1, epochs=(0, 1))
+    s = pt.PlanSampler(d.path, micro_batch_size=16, rank=2, num_replicas=4, epoch=1)
+    it = iter(s)
+    for _ in range(7):
+        next(it)
+    state = s.state_dict()
+    ref = pt.ElasticBatchSampler(5000, 128, 16, num_replicas=4, rank=2, seed=1)
+    ref.set_epoch(1)
+    assert state == ref.state_dict_at_step(state["cursor"] // 128)
+    resumed = pt.PlanSampler(d.path, micro_batch_size=16, rank=2, num_replicas=4)
+    resumed.load_state_dict(state)
+    ref.load_state_dict(state)
+    assert [list(x) for x in resumed] == [list(x) for x in ref]
+    # A state of an epoch that is not in the plan cannot load.
+    other = dict(state, epoch=5)
+    with pytest.raises(PlanError, match="epoch 5 is not in the plan"):
+        resumed.load_state_dict(other)
+
+
+def test_plan_sampler_rejects_what_it_cannot_serve(plan_dir: Path) -> None:
+    pt = pytest.importorskip("epochplan.torch")
+    with pytest.raises(PlanError, match="written for world_size=4, not 3"):
+        pt.PlanSampler(plan_dir, micro_batch_size=4, rank=0, num_replicas=3)
+    with pytest.raises(PlanError, match="epoch 9 is not in the plan"):
+        pt.PlanSampler(plan_dir, micro_batch_size=4, rank=0, num_replicas=4, epoch=9)
+    s = pt.PlanSampler(plan_dir, micro_batch_size=4, rank=1, num_replicas=4)
+    with pytest.raises(PlanError, match="epoch 3 is not in the plan"):
+        s.set_epoch(3)
+    f = rank_file(plan_dir, 1, 1)
+    data = bytearray(f.read_bytes())
+    data[-9] ^= 4
+    f.write_bytes(bytes(data))
+    with pytest.raises(PlanError, match="checksum mismatch"):
+        s.set_epoch(1)
+    f.write_bytes(bytes(data[:-8]))
+    with pytest.raises(PlanError, match="the manifest says"):
+        pt.PlanSampler(plan_dir, micro_batch_size=4, rank=1, num_replicas=4, epoch=1)
+    rank_file(plan_dir, 0, 2).unlink()
+    with pytest.raises(PlanError, match="missing rank file"):
+        pt.PlanSampler(plan_dir, micro_batch_size=4, rank=2, num_replicas=4)
+    _edit_manifest(plan_dir, {"plan_file_version": 7})
+    with pytest.raises(PlanError, match="plan_file_version is 7"):
+        pt.PlanSampler(plan_dir, micro_batch_size=4, rank=0, num_replicas=4)
+
+
+def test_plan_sampler_pickles_without_its_memory_map(tmp_path: Path) -> None:
+    import pickle
+
+    pt = pytest.importorskip("epochplan.torch")
+    d = write_plan(tmp_path / "p", 1000, 64, 2, epochs=(3,))
+    s = pt.PlanSampler(d.path, micro_batch_size=8, rank=1, num_replicas=2)
+    blob = pickle.dumps(s)
+    assert len(blob) < 4096
+    assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in s]

@@ -836,3 +836,6 @@ class ChunkSampler(ElasticBatchSampler):
             preload_nchunks=preload_nchunks,
         )
         self.batch_size = batch_size
+
+
+from epochplan._plan_sampler import PlanSampler as PlanSampler  # noqa: E402

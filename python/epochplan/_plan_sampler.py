@@ -1,0 +1,107 @@
+"""``PlanSampler``: an :class:`~epochplan.torch.ElasticBatchSampler` served from
+a plan directory (see :mod:`epochplan.planfile`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from epochplan._native import EpochPlan
+from epochplan.planfile import PlanDirectory, PlanError, open_plan
+from epochplan.torch import ElasticBatchSampler, RankProvider
+
+
+class PlanSampler(ElasticBatchSampler):
+    """Equal-step, weighted micro-batches read from a plan directory.
+
+    The same items, weights, step boundaries and ``state_dict`` /
+    ``load_state_dict`` as :class:`~epochplan.torch.ElasticBatchSampler` for the
+    plan's parameters, but each rank's ids come from its file of the epoch,
+    memory-mapped read-only (checked once per epoch: header, size, checksum)
+    and sliced per step without a copy. The world size must be the one the
+    plan was written for, and every epoch used must be in the plan; otherwise,
+    and for a missing, truncated or altered file, :class:`PlanError` is raised.
+
+    The plan's :class:`~epochplan.EpochPlan` is still built for the step layout
+    and the zero-weight fillers: O(1) memory for every kind but ``"uniform"``,
+    whose permutation it materialises.
+
+    Args:
+        plan_dir: a plan directory (path or :class:`PlanDirectory`).
+        micro_batch_size: the most samples per micro-batch on a rank.
+        rank, num_replicas, rank_fn: as for ``ElasticBatchSampler``.
+        epoch: the first epoch to serve (default: the plan's first).
+
+    Example:
+        >>> sampler = PlanSampler("plan/", micro_batch_size=32)  # doctest: +SKIP
+        >>> for epoch in sampler.plan_dir.epochs:  # doctest: +SKIP
+        ...     sampler.set_epoch(epoch)
+        ...     for batch in sampler: ...
+    """
+
+    def __init__(
+        self,
+        plan_dir: str | os.PathLike[str] | PlanDirectory,
+        *,
+        micro_batch_size: int,
+        rank: int | None = None,
+        num_replicas: int | None = None,
+        epoch: int | None = None,
+        rank_fn: RankProvider | None = None,
+    ) -> None:
+        d = plan_dir if isinstance(plan_dir, PlanDirectory) else open_plan(plan_dir)
+        self.plan_dir = d
+        self._ids: npt.NDArray[np.int64] | None = None
+        self._first_epoch = d.epochs[0] if epoch is None else epoch
+        d._check_epoch(self._first_epoch)
+        super().__init__(
+            d.num_samples,
+            d.global_batch_size,
+            micro_batch_size,
+            num_replicas=num_replicas,
+            rank=rank,
+            seed=d.seed,
+            kind=d.kind,
+            drop_last=d.drop_last,
+            chunk_size=d.chunk_size,
+            preload_nchunks=d.preload_nchunks,
+            rank_fn=rank_fn,
+        )
+        self.epoch = self._first_epoch
+
+    def _build_plan(self, epoch: int) -> EpochPlan:
+        d = self.plan_dir
+        if self._ids is None:  # called by the base class's constructor
+            epoch = self._first_epoch
+        if self.seed != d.seed:
+            raise PlanError(f"{d.path}: the plan has seed {d.seed}, not {self.seed}")
+        self._ids = d.rank_ids(epoch, self.rank, world_size=self.num_replicas)
+        return d.plan(epoch)
+
+    def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
+        plan, r, w = self._plan, self.rank, self.num_replicas
+        ids = self._ids
+        if ids is None:  # pragma: no cover - set by the constructor
+            raise PlanError(f"{self.plan_dir.path}: no epoch loaded")
+        start = plan.rank_step_offset(step, r, w)
+        result: npt.NDArray[np.int64] = ids[start : plan.rank_step_offset(step + 1, r, w)]
+        return result
+
+    def __repr__(self) -> str:
+        return (
+            f"PlanSampler({str(self.plan_dir.path)!r}, micro_batch_size={self.micro_batch_size}, "
+            f"num_replicas={self.num_replicas}, rank={self.rank}, epoch={self.epoch})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Memory maps are not pickled: the ids are mapped again when unpickled.
+        state = self.__dict__.copy()
+        state["_ids"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._ids = self.plan_dir.rank_ids(self.epoch, self.rank, world_size=self.num_replicas)
