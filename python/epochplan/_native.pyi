@@ -50,3 +50,31 @@ def split_range(
 ) -> tuple[int, int, int]: ...
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...
+
+# Streaming's partitions (rust/py/src/streaming_partition.rs): the int64 ids
+# and Streaming's notices as [("warning" | "log", message), ...].
+def streaming_partitions(
+    algo: str,
+    num_samples: int,
+    num_canonical_nodes: int,
+    num_physical_nodes: int,
+    ranks_per_node: int,
+    workers_per_rank: int,
+    batch_size: int,
+    drop_first: int = 0,
+    initial_physical_nodes: int | None = None,
+) -> tuple[npt.NDArray[np.int64], list[tuple[str, str]]]: ...
+def streaming_partition_part(
+    algo: str,
+    num_samples: int,
+    num_canonical_nodes: int,
+    num_physical_nodes: int,
+    ranks_per_node: int,
+    workers_per_rank: int,
+    batch_size: int,
+    drop_first: int = 0,
+    initial_physical_nodes: int | None = None,
+    *,
+    node: int,
+    rank: int,
+) -> tuple[npt.NDArray[np.int64], list[tuple[str, str]]]: ...

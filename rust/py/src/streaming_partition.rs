@@ -1,8 +1,195 @@
-//! Bindings of Streaming's partitions (to be written).
+//! Bindings of Streaming's partitions: the whole array
+//! (`streaming_partitions`) and one rank's part (`streaming_partition_part`).
+//! Both return the int64 array and Streaming's notices, as
+//! `[("warning" | "log", message), ...]`, for the Python layer to report.
 
+use crate::args::{int_arg, opt_int_arg, str_arg, MAX_I64};
+use crate::errors::IntoPyResult;
+use epochplan_core::streaming::partition::{
+    check_drop_first, Algo, Notice, Partition, PartitionArgs,
+};
+use numpy::{IntoPyArray, PyArrayMethods};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyString};
+
+type Notices = Vec<(&'static str, String)>;
+
+/// Checks the arguments in Streaming's order: their values, then
+/// `drop_first` against the epoch, then the algorithm's name (KeyError, as
+/// Streaming's lookup), then the algorithm's own checks.
+#[allow(clippy::too_many_arguments)]
+fn resolve(
+    algo: &Bound<'_, PyAny>,
+    num_samples: &Bound<'_, PyAny>,
+    num_canonical_nodes: &Bound<'_, PyAny>,
+    num_physical_nodes: &Bound<'_, PyAny>,
+    ranks_per_node: &Bound<'_, PyAny>,
+    workers_per_rank: &Bound<'_, PyAny>,
+    batch_size: &Bound<'_, PyAny>,
+    drop_first: Option<&Bound<'_, PyAny>>,
+    initial_physical_nodes: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Partition> {
+    let name = str_arg(algo, "algo")?;
+    let args = PartitionArgs {
+        num_samples: int_arg(num_samples, "num_samples", 1, MAX_I64)?,
+        num_canonical_nodes: int_arg(num_canonical_nodes, "num_canonical_nodes", 1, MAX_I64)?,
+        num_physical_nodes: int_arg(num_physical_nodes, "num_physical_nodes", 1, MAX_I64)?,
+        ranks_per_node: int_arg(ranks_per_node, "ranks_per_node", 1, MAX_I64)?,
+        workers_per_rank: int_arg(workers_per_rank, "workers_per_rank", 1, MAX_I64)?,
+        batch_size: int_arg(batch_size, "batch_size", 1, MAX_I64)?,
+        drop_first: opt_int_arg(drop_first, "drop_first", 0, MAX_I64)?.unwrap_or(0),
+        initial_physical_nodes: opt_int_arg(
+            initial_physical_nodes,
+            "initial_physical_nodes",
+            0,
+            MAX_I64,
+        )?,
+    };
+    check_drop_first(&args).py()?;
+    let algo = Algo::parse(&name).ok_or_else(|| {
+        PyKeyError::new_err(format!("algo must be 'orig' or 'relaxed', got {name:?}"))
+    })?;
+    Partition::new(algo, &args).py()
+}
+
+fn notices(partition: &Partition) -> Notices {
+    partition
+        .notices()
+        .iter()
+        .map(|n| match n {
+            Notice::Warning(m) => ("warning", m.clone()),
+            Notice::Log(m) => ("log", m.clone()),
+        })
+        .collect()
+}
+
+/// A zeroed buffer of `len` int64, or MemoryError. The zeroed allocation
+/// maps fresh pages without writing them, so filling touches memory once.
+fn zeroed(len: u64) -> PyResult<Vec<i64>> {
+    let too_big = || {
+        PyMemoryError::new_err(format!(
+            "cannot allocate the partition: {len} int64 elements ({:.1} GiB)",
+            len as f64 * 8.0 / f64::from(1u32 << 30)
+        ))
+    };
+    let n = usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize / 8)
+        .ok_or_else(too_big)?;
+    // Ask fallibly first: the infallible zeroed allocation below would abort.
+    let mut probe: Vec<i64> = Vec::new();
+    probe.try_reserve_exact(n).map_err(|_| too_big())?;
+    drop(probe);
+    Ok(vec![0; n])
+}
+
+fn dims(shape: &[u64]) -> Vec<usize> {
+    shape.iter().map(|&d| d as usize).collect()
+}
+
+/// Streaming's `get_partitions`: (ids of shape (nodes, ranks per node,
+/// workers per rank, batches per worker, batch size), notices).
+#[pyfunction]
+#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn streaming_partitions<'py>(
+    py: Python<'py>,
+    algo: &Bound<'py, PyAny>,
+    num_samples: &Bound<'py, PyAny>,
+    num_canonical_nodes: &Bound<'py, PyAny>,
+    num_physical_nodes: &Bound<'py, PyAny>,
+    ranks_per_node: &Bound<'py, PyAny>,
+    workers_per_rank: &Bound<'py, PyAny>,
+    batch_size: &Bound<'py, PyAny>,
+    drop_first: Option<&Bound<'py, PyAny>>,
+    initial_physical_nodes: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyAny>, Notices)> {
+    let partition = resolve(
+        algo,
+        num_samples,
+        num_canonical_nodes,
+        num_physical_nodes,
+        ranks_per_node,
+        workers_per_rank,
+        batch_size,
+        drop_first,
+        initial_physical_nodes,
+    )?;
+    let mut ids = zeroed(partition.len())?;
+    py.detach(|| partition.fill(0, &mut ids));
+    let array = ids.into_pyarray(py).reshape(dims(&partition.shape()))?;
+    Ok((array.into_any(), notices(&partition)))
+}
+
+/// An index argument in `[0, len)`: TypeError for non-integers, IndexError
+/// naming the argument and its range otherwise.
+fn index_arg(obj: &Bound<'_, PyAny>, name: &str, len: u64, what: &str) -> PyResult<u64> {
+    if obj.is_instance_of::<PyBool>()
+        || obj.is_instance_of::<PyFloat>()
+        || obj.is_instance_of::<PyString>()
+        || !obj.hasattr("__index__")?
+    {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got {}",
+            obj.get_type().name()?
+        )));
+    }
+    let value = obj.call_method0("__index__")?;
+    match value.extract::<i128>() {
+        Ok(v) if v >= 0 && v < i128::from(len) => Ok(v as u64),
+        _ => Err(PyIndexError::new_err(format!(
+            "{name} must be in [0, {len}) ({what} = {len}), got {}",
+            value.str()?
+        ))),
+    }
+}
+
+/// One rank's part of Streaming's `get_partitions`: `full[node, rank]`, of
+/// shape (workers per rank, batches per worker, batch size), computed alone.
+#[pyfunction]
+#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None, *, node, rank))]
+#[allow(clippy::too_many_arguments)]
+pub fn streaming_partition_part<'py>(
+    py: Python<'py>,
+    algo: &Bound<'py, PyAny>,
+    num_samples: &Bound<'py, PyAny>,
+    num_canonical_nodes: &Bound<'py, PyAny>,
+    num_physical_nodes: &Bound<'py, PyAny>,
+    ranks_per_node: &Bound<'py, PyAny>,
+    workers_per_rank: &Bound<'py, PyAny>,
+    batch_size: &Bound<'py, PyAny>,
+    drop_first: Option<&Bound<'py, PyAny>>,
+    initial_physical_nodes: Option<&Bound<'py, PyAny>>,
+    node: &Bound<'py, PyAny>,
+    rank: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Notices)> {
+    let partition = resolve(
+        algo,
+        num_samples,
+        num_canonical_nodes,
+        num_physical_nodes,
+        ranks_per_node,
+        workers_per_rank,
+        batch_size,
+        drop_first,
+        initial_physical_nodes,
+    )?;
+    let [nodes, ranks, ..] = partition.shape();
+    let node = index_arg(node, "node", nodes, "num_physical_nodes")?;
+    let rank = index_arg(rank, "rank", ranks, "ranks_per_node")?;
+    let offset = partition.part_offset(node, rank).py()?;
+    let mut ids = zeroed(partition.part_len())?;
+    py.detach(|| partition.fill(offset, &mut ids));
+    let array = ids
+        .into_pyarray(py)
+        .reshape(dims(&partition.shape()[2..]))?;
+    Ok((array.into_any(), notices(&partition)))
+}
 
 /// Adds this module's functions to `_native`.
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(streaming_partitions, m)?)?;
+    m.add_function(wrap_pyfunction!(streaming_partition_part, m)?)?;
     Ok(())
 }
