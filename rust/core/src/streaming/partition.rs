@@ -105,6 +105,10 @@ pub enum Notice {
 /// Row starts `floor(c * N / C)` of the canonical matrix, for `c` in `0..=C`.
 trait RowStarts {
     fn get(&self, c: u64) -> u64;
+    /// All `C + 1` starts, when they are in a table.
+    fn table(&self) -> Option<&[u64]> {
+        None
+    }
 }
 
 /// Row starts computed on demand (for a window smaller than the row count).
@@ -127,6 +131,10 @@ impl RowStarts for TableStarts {
     #[inline]
     fn get(&self, c: u64) -> u64 {
         self.0[c as usize]
+    }
+
+    fn table(&self) -> Option<&[u64]> {
+        Some(&self.0)
     }
 }
 
@@ -162,19 +170,41 @@ impl Canonical {
         }
     }
 
-    /// Writes the samples at flat positions `f0, f0 + df, ...` into `out`.
+    /// A stride through the flat order, split as `(columns, rows)`.
+    fn stride(&self, df: u64) -> (u64, u64) {
+        (df / self.nodes, df % self.nodes)
+    }
+
+    /// Flat position `f` as (column, row).
+    fn locate(&self, f: u64) -> (u64, u64) {
+        (f / self.nodes, f % self.nodes)
+    }
+
+    /// The (column, row) a stride further on.
+    #[inline]
+    fn advance(&self, (j, c): (u64, u64), (dj, dc): (u64, u64)) -> (u64, u64) {
+        let (j, c) = (j + dj, c + dc);
+        if c >= self.nodes {
+            (j + 1, c - self.nodes)
+        } else {
+            (j, c)
+        }
+    }
+
+    /// Writes the samples at flat positions `f0, f0 + df, ...` into the
+    /// `count` slots of `out`, given `(j, c) = self.locate(f0)` and
+    /// `stride = self.stride(df)`.
     fn run<'a>(
         &self,
         starts: &impl RowStarts,
-        f0: u64,
-        df: u64,
+        (mut j, mut c): (u64, u64),
+        (dj, dc): (u64, u64),
+        count: u64,
         out: impl Iterator<Item = &'a mut i64>,
     ) {
         let rows = self.nodes;
-        let (dj, dc) = (df / rows, df % rows);
-        let (mut j, mut c) = (f0 / rows, f0 % rows);
         if self.wrapped {
-            for slot in out {
+            for slot in out.take(count as usize) {
                 *slot = ((c * self.padded_width + j) % self.samples) as i64;
                 j += dj;
                 c += dc;
@@ -185,7 +215,47 @@ impl Canonical {
             }
             return;
         }
-        for slot in out {
+        if dc == 0 && count > 0 && j + (count - 1) * dj + 1 < self.width {
+            // One row, regular columns: an arithmetic progression.
+            let first = (starts.get(c) + j) as i64;
+            for (k, slot) in out.take(count as usize).enumerate() {
+                *slot = first + (k as u64 * dj) as i64;
+            }
+            return;
+        }
+        if count > 0 && j + (count - 1) * (dj + 1) + 1 < self.width {
+            // Regular columns only (each step moves at most dj + 1 columns).
+            if let (Some(table), true) = (starts.table(), dc > 0) {
+                // Pass over rows c, c + dc, ... below C, then wrap around.
+                let rows = &table[..rows as usize];
+                let mut out = out.take(count as usize);
+                loop {
+                    let mut n = 0;
+                    let pass = rows[c as usize..].iter().step_by(dc as usize);
+                    for (start, slot) in pass.zip(&mut out) {
+                        *slot = (start + j + n * dj) as i64;
+                        n += 1;
+                    }
+                    let next = c + n * dc;
+                    if next < self.nodes {
+                        break; // out of slots before the end of the rows
+                    }
+                    (j, c) = (j + n * dj + 1, next - self.nodes);
+                }
+                return;
+            }
+            for slot in out.take(count as usize) {
+                *slot = (starts.get(c) + j) as i64;
+                j += dj;
+                c += dc;
+                if c >= rows {
+                    c -= rows;
+                    j += 1;
+                }
+            }
+            return;
+        }
+        for slot in out.take(count as usize) {
             let start = starts.get(c);
             *slot = if j + 1 < self.width {
                 start + j
@@ -235,6 +305,10 @@ struct Layout {
     rank_len: u64,
     /// Batches per worker.
     batches: u64,
+    /// The walk to the next sample.
+    unit: Walk,
+    /// The walk to the same slot of the worker's next batch.
+    next_batch: Walk,
 }
 
 fn overflow(what: &str, value: u128) -> Error {
@@ -350,7 +424,7 @@ impl Layout {
             ),
             size,
         )?;
-        Ok(Layout {
+        let mut layout = Layout {
             canonical,
             nodes: p,
             ranks,
@@ -362,41 +436,69 @@ impl Layout {
             extra_wraps,
             rank_len,
             batches: batches as u64,
-        })
+            unit: Walk {
+                ds: 1,
+                stride: (0, 0),
+            },
+            next_batch: Walk {
+                ds: 1,
+                stride: (0, 0),
+            },
+        };
+        layout.unit = layout.walk(1);
+        layout.next_batch = layout.walk(workers * batch);
+        Ok(layout)
     }
 
-    /// Writes samples `s0, s0 + ds, ...` of rank `r` of node `p` into `out`
-    /// (`-1` past the rank's samples).
+    /// How the flat position moves when the sample index moves by `ds`.
+    fn walk(&self, ds: u64) -> Walk {
+        Walk {
+            ds,
+            stride: self.canonical.stride(ds * self.ranks * self.nodes),
+        }
+    }
+
+    /// Writes samples `s0, s0 + ds, ...` of rank `r` of node `p` into the
+    /// `count` slots of `out` (`-1` past the rank's samples).
     fn fill_samples<'a>(
         &self,
         starts: &impl RowStarts,
         (p, r): (u64, u64),
         s0: u64,
-        ds: u64,
+        walk: Walk,
         count: u64,
         out: impl Iterator<Item = &'a mut i64>,
     ) {
+        if count == 0 {
+            return;
+        }
+        let ds = walk.ds;
         let mut out = out.take(count as usize);
-        // Samples below `plain` are columns of the node's row, below `rank_len`
-        // added columns; the rest is padding.
-        let plain = if self.node_width > r {
-            (self.node_width - r).div_ceil(self.ranks)
+        // Samples below `plain` are columns of the node's row, below
+        // `rank_len` added columns; the rest is padding.
+        let last = s0 + (count - 1) * ds;
+        let (n_plain, n_valid) = if last * self.ranks + r < self.node_width {
+            (count, count)
         } else {
-            0
-        };
-        let below = |limit: u64| {
-            if s0 >= limit {
-                0
+            let plain = if self.node_width > r {
+                (self.node_width - r).div_ceil(self.ranks)
             } else {
-                count.min((limit - s0).div_ceil(ds))
-            }
+                0
+            };
+            let below = |limit: u64| {
+                if s0 >= limit {
+                    0
+                } else {
+                    count.min((limit - s0).div_ceil(ds))
+                }
+            };
+            (below(plain), below(self.rank_len))
         };
-        let (n_plain, n_valid) = (below(plain), below(self.rank_len));
         if n_plain > 0 {
             let f0 = self.drop + (s0 * self.ranks + r) * self.nodes + p;
-            let df = ds * self.ranks * self.nodes;
+            let at = self.canonical.locate(f0);
             self.canonical
-                .run(starts, f0, df, out.by_ref().take(n_plain as usize));
+                .run(starts, at, walk.stride, n_plain, out.by_ref());
         }
         for (k, slot) in (n_plain..n_valid).zip(out.by_ref()) {
             let col = (s0 + k * ds) * self.ranks + r;
@@ -411,6 +513,43 @@ impl Layout {
             *slot = -1;
         }
     }
+}
+
+impl Layout {
+    /// Whole batches from batch `t0` of worker `w` of rank `r` of node `p`,
+    /// one run per batch, stepping the flat position from batch to batch
+    /// without division.
+    fn fill_batch_runs(
+        &self,
+        starts: &impl RowStarts,
+        (p, r): (u64, u64),
+        w: u64,
+        t0: u64,
+        out: &mut [i64],
+    ) {
+        let batch = self.batch;
+        let first = (t0 * self.workers + w) * batch;
+        let mut at = self
+            .canonical
+            .locate(self.drop + (first * self.ranks + r) * self.nodes + p);
+        for (k, chunk) in out.chunks_mut(batch as usize).enumerate() {
+            let s0 = first + k as u64 * self.next_batch.ds;
+            if (s0 + batch - 1) * self.ranks + r < self.node_width {
+                self.canonical
+                    .run(starts, at, self.unit.stride, batch, chunk.iter_mut());
+            } else {
+                self.fill_samples(starts, (p, r), s0, self.unit, batch, chunk.iter_mut());
+            }
+            at = self.canonical.advance(at, self.next_batch.stride);
+        }
+    }
+}
+
+/// A walk through a rank's samples: the sample step and the flat stride.
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    ds: u64,
+    stride: (u64, u64),
 }
 
 /// Streaming's first check, made before the algorithm is looked up:
@@ -656,7 +795,7 @@ impl Partition {
         let l = &self.layout;
         let Some((_, batch)) = self.remap else {
             let s0 = (t * l.workers + w) * l.batch + e0;
-            l.fill_samples(starts, (p, r), s0, 1, out.len() as u64, out.iter_mut());
+            l.fill_samples(starts, (p, r), s0, l.unit, out.len() as u64, out.iter_mut());
             return;
         };
         // In training order a step is the same global batch on either node
@@ -670,7 +809,7 @@ impl Partition {
             let len = (ib - e).min(rest.len() as u64);
             let (now, later) = rest.split_at_mut(len as usize);
             let s0 = (t * l.workers + w) * ib + e;
-            l.fill_samples(starts, (p0, r0), s0, 1, len, now.iter_mut());
+            l.fill_samples(starts, (p0, r0), s0, l.unit, len, now.iter_mut());
             rest = later;
             g += len;
         }
@@ -685,6 +824,10 @@ impl Partition {
             None => batch,
             Some(_) => batch.min(l.batch),
         };
+        if run >= SHORT_RUN && self.remap.is_none() {
+            l.fill_batch_runs(starts, (p, r), w, t, out);
+            return;
+        }
         if run >= SHORT_RUN || count == 1 {
             for (k, chunk) in out.chunks_mut(batch as usize).enumerate() {
                 self.fill_slots(starts, [p, r, w, t + k as u64], 0, chunk);
@@ -693,6 +836,7 @@ impl Partition {
         }
         // Short runs: fill slot e of every batch at once; consecutive batches
         // are a constant number of samples apart.
+        let walk = l.next_batch;
         for e in 0..batch {
             let column = out[e as usize..].iter_mut().step_by(batch as usize);
             let (p0, r0, e0) = match self.remap {
@@ -707,7 +851,7 @@ impl Partition {
                 }
             };
             let s0 = (t * l.workers + w) * l.batch + e0;
-            l.fill_samples(starts, (p0, r0), s0, l.workers * l.batch, count, column);
+            l.fill_samples(starts, (p0, r0), s0, walk, count, column);
         }
     }
 }
