@@ -51,8 +51,8 @@ def split_range(
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...
 
-# Streaming's partitions (rust/py/src/streaming_partition.rs): the int64 ids
-# and Streaming's notices as [("warning" | "log", message), ...].
+# Streaming's partitions (rust/py/src/streaming_partition.rs); they warn and
+# log as Streaming does.
 def streaming_partitions(
     algo: str,
     num_samples: int,
@@ -63,7 +63,7 @@ def streaming_partitions(
     batch_size: int,
     drop_first: int = 0,
     initial_physical_nodes: int | None = None,
-) -> tuple[npt.NDArray[np.int64], list[tuple[str, str]]]: ...
+) -> npt.NDArray[np.int64]: ...
 def streaming_partition_part(
     algo: str,
     num_samples: int,
@@ -77,4 +77,4 @@ def streaming_partition_part(
     *,
     node: int,
     rank: int,
-) -> tuple[npt.NDArray[np.int64], list[tuple[str, str]]]: ...
+) -> npt.NDArray[np.int64]: ...

@@ -10,16 +10,16 @@ same int64 array, including its ``-1`` padding and repeated samples,
 ``ValueError`` where Streaming raises one, ``KeyError`` for an unknown
 ``algo``, and the same ``UserWarning`` texts. Streaming's "rounding
 ``drop_first`` down" message is logged at WARNING level on the
-``epochplan.compat.streaming`` logger. The one difference: arguments that are
-not positive integers (``drop_first``: not a non-negative integer), on which
-Streaming fails by accident (``ZeroDivisionError``) or slices from the end,
-raise ``TypeError``/``ValueError`` naming the argument.
+``epochplan.compat.streaming`` logger. As with Streaming, warnings and log
+messages come out even when the arguments are then rejected.
+
+The one difference: arguments that are not positive integers
+(``drop_first``: not a non-negative integer), on which Streaming fails by
+accident (``ZeroDivisionError``) or slices from the end, raise ``TypeError``
+or ``ValueError`` naming the argument.
 """
 
 from __future__ import annotations
-
-import logging
-import warnings
 
 import numpy as np
 import numpy.typing as npt
@@ -27,17 +27,6 @@ import numpy.typing as npt
 from epochplan import _native
 
 __all__ = ["get_partition_part", "get_partitions"]
-
-logger = logging.getLogger("epochplan.compat.streaming")
-
-
-def _report(notices: list[tuple[str, str]]) -> None:
-    for kind, message in notices:
-        if kind == "warning":
-            # stacklevel 3: the caller of get_partitions / get_partition_part.
-            warnings.warn(message, UserWarning, stacklevel=3)
-        else:
-            logger.warning(message)
 
 
 def get_partitions(
@@ -92,7 +81,7 @@ def get_partitions(
         >>> ids[1, 0, 0].tolist()
         [[5, 6], [7, 8], [9, -1]]
     """
-    ids, notices = _native.streaming_partitions(
+    return _native.streaming_partitions(
         algo,
         num_samples,
         num_canonical_nodes,
@@ -103,8 +92,6 @@ def get_partitions(
         drop_first,
         initial_physical_nodes,
     )
-    _report(notices)
-    return ids
 
 
 def get_partition_part(
@@ -147,7 +134,7 @@ def get_partition_part(
         >>> get_partition_part("orig", 10, 2, 2, 1, 1, 2, node=1, rank=0).tolist()
         [[[5, 6], [7, 8], [9, -1]]]
     """
-    ids, notices = _native.streaming_partition_part(
+    return _native.streaming_partition_part(
         algo,
         num_samples,
         num_canonical_nodes,
@@ -160,5 +147,3 @@ def get_partition_part(
         node=node,
         rank=rank,
     )
-    _report(notices)
-    return ids

@@ -1,7 +1,9 @@
 //! Bindings of Streaming's partitions: the whole array
 //! (`streaming_partitions`) and one rank's part (`streaming_partition_part`).
-//! Both return the int64 array and Streaming's notices, as
-//! `[("warning" | "log", message), ...]`, for the Python layer to report.
+//! Both report Streaming's notices as Streaming does, also when the
+//! arguments are then rejected: `UserWarning`s (attributed to the caller of
+//! the Python wrapper) and WARNING records on the
+//! `epochplan.compat.streaming` logger.
 
 use crate::args::{int_arg, opt_int_arg, str_arg, MAX_I64};
 use crate::errors::IntoPyResult;
@@ -9,17 +11,20 @@ use epochplan_core::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
 use numpy::{PyArrayDyn, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyUserWarning};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyString};
+use std::ffi::CString;
 
-type Notices = Vec<(&'static str, String)>;
+/// The logger Streaming's log messages go to.
+const LOGGER: &str = "epochplan.compat.streaming";
 
 /// Checks the arguments in Streaming's order: their values, then
 /// `drop_first` against the epoch, then the algorithm's name (KeyError, as
 /// Streaming's lookup), then the algorithm's own checks.
 #[allow(clippy::too_many_arguments)]
 fn resolve(
+    py: Python<'_>,
     algo: &Bound<'_, PyAny>,
     num_samples: &Bound<'_, PyAny>,
     num_canonical_nodes: &Bound<'_, PyAny>,
@@ -48,20 +53,32 @@ fn resolve(
     };
     check_drop_first(&args).py()?;
     let algo = Algo::parse(&name).ok_or_else(|| {
-        PyKeyError::new_err(format!("algo must be 'orig' or 'relaxed', got {name:?}"))
+        PyKeyError::new_err(format!(r#"algo must be "orig" or "relaxed", got {name:?}"#))
     })?;
-    Partition::new(algo, &args).py()
+    let (partition, notices) = Partition::resolve(algo, &args);
+    report(py, &notices)?;
+    partition.py()
 }
 
-fn notices(partition: &Partition) -> Notices {
-    partition
-        .notices()
-        .iter()
-        .map(|n| match n {
-            Notice::Warning(m) => ("warning", m.clone()),
-            Notice::Log(m) => ("log", m.clone()),
-        })
-        .collect()
+/// Emits Streaming's notices, in order. A warning filter set to "error"
+/// turns a warning into the exception, as with Streaming.
+fn report(py: Python<'_>, notices: &[Notice]) -> PyResult<()> {
+    for notice in notices {
+        match notice {
+            Notice::Warning(message) => {
+                let category = py.get_type::<PyUserWarning>();
+                let message = CString::new(message.as_str())?;
+                // 1 is the Python wrapper, 2 its caller.
+                PyErr::warn(py, &category, &message, 2)?;
+            }
+            Notice::Log(message) => {
+                py.import("logging")?
+                    .call_method1("getLogger", (LOGGER,))?
+                    .call_method1("warning", (message,))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills a new int64 numpy array of `shape` with the elements of
@@ -92,8 +109,8 @@ fn dims(shape: &[u64]) -> Vec<usize> {
     shape.iter().map(|&d| d as usize).collect()
 }
 
-/// Streaming's `get_partitions`: (ids of shape (nodes, ranks per node,
-/// workers per rank, batches per worker, batch size), notices).
+/// Streaming's `get_partitions`: ids of shape (nodes, ranks per node,
+/// workers per rank, batches per worker, batch size).
 #[pyfunction]
 #[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None))]
 #[allow(clippy::too_many_arguments)]
@@ -108,8 +125,9 @@ pub fn streaming_partitions<'py>(
     batch_size: &Bound<'py, PyAny>,
     drop_first: Option<&Bound<'py, PyAny>>,
     initial_physical_nodes: Option<&Bound<'py, PyAny>>,
-) -> PyResult<(Bound<'py, PyAny>, Notices)> {
+) -> PyResult<Bound<'py, PyAny>> {
     let partition = resolve(
+        py,
         algo,
         num_samples,
         num_canonical_nodes,
@@ -120,8 +138,7 @@ pub fn streaming_partitions<'py>(
         drop_first,
         initial_physical_nodes,
     )?;
-    let array = filled(py, &partition, 0, &partition.shape())?;
-    Ok((array, notices(&partition)))
+    filled(py, &partition, 0, &partition.shape())
 }
 
 /// An index argument in `[0, len)`: TypeError for non-integers, IndexError
@@ -165,8 +182,9 @@ pub fn streaming_partition_part<'py>(
     initial_physical_nodes: Option<&Bound<'py, PyAny>>,
     node: &Bound<'py, PyAny>,
     rank: &Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyAny>, Notices)> {
+) -> PyResult<Bound<'py, PyAny>> {
     let partition = resolve(
+        py,
         algo,
         num_samples,
         num_canonical_nodes,
@@ -181,8 +199,7 @@ pub fn streaming_partition_part<'py>(
     let node = index_arg(node, "node", nodes, "num_physical_nodes")?;
     let rank = index_arg(rank, "rank", ranks, "ranks_per_node")?;
     let offset = partition.part_offset(node, rank).py()?;
-    let array = filled(py, &partition, offset, &partition.shape()[2..])?;
-    Ok((array, notices(&partition)))
+    filled(py, &partition, offset, &partition.shape()[2..])
 }
 
 /// Adds this module's functions to `_native`.

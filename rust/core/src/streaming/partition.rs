@@ -593,10 +593,24 @@ impl Partition {
     /// the layout. The errors are Streaming's (all `Error::Value`, except
     /// sizes beyond int64).
     pub fn new(algo: Algo, args: &PartitionArgs) -> Result<Partition> {
+        Partition::resolve(algo, args).0
+    }
+
+    /// [`Partition::new`], with the notices Streaming gives on the way,
+    /// including those it gives before failing.
+    pub fn resolve(algo: Algo, args: &PartitionArgs) -> (Result<Partition>, Vec<Notice>) {
+        let mut notices = Vec::new();
+        let partition = Partition::build(algo, args, &mut notices).map(|mut p| {
+            p.notices.clone_from(&notices);
+            p
+        });
+        (partition, notices)
+    }
+
+    fn build(algo: Algo, args: &PartitionArgs, notices: &mut Vec<Notice>) -> Result<Partition> {
         check_drop_first(args)?;
         let a = *args;
         let world = u128::from(a.num_physical_nodes) * u128::from(a.ranks_per_node);
-        let mut notices = Vec::new();
         let (p, r, b) = (a.num_physical_nodes, a.ranks_per_node, a.batch_size);
         let c = a.num_canonical_nodes;
         let compatible = c != 0 && if p <= c { c % p == 0 } else { p % c == 0 };
@@ -614,14 +628,14 @@ impl Partition {
                 a.workers_per_rank,
                 b,
                 a.drop_first,
-                &mut notices,
+                notices,
             )?;
             let shape = [p, r, layout.workers, layout.batches, b];
             return Ok(Partition {
                 layout,
                 remap: None,
                 shape,
-                notices,
+                notices: Vec::new(),
             });
         };
         if initial == 0 {
@@ -652,14 +666,14 @@ impl Partition {
             a.workers_per_rank,
             initial_batch,
             a.drop_first,
-            &mut notices,
+            notices,
         )?;
         let shape = [p, r, layout.workers, layout.batches, b];
         Ok(Partition {
             layout,
             remap: Some((p, b)),
             shape,
-            notices,
+            notices: Vec::new(),
         })
     }
 
