@@ -8,9 +8,10 @@ its peak RSS (``ru_maxrss``) minus that baseline. The first repeat also pays
 for the first touch of fresh memory, which on a virtual machine can cost
 seconds; the median of the repeats is the steady state.
 
-Prints a Markdown table: implementation, median seconds, ratio to the
-slowest implementation of the case, peak RSS delta, and that peak as a
-multiple of the output array. Cases that would not fit in the memory
+Prints a Markdown table: implementation, median and best wall-clock seconds,
+the speed-up over Streaming (median over median), median CPU seconds (user +
+system, all threads: a check on a shared, loaded machine), peak RSS delta,
+and that peak as a multiple of the output array. Cases that would not fit in the memory
 available now are skipped with the reason.
 """
 
@@ -115,17 +116,22 @@ def child(impl: str, case_index: int, repeats: int) -> None:
             def call() -> np.ndarray[Any, Any]:
                 return np.asarray(ref(*case.args()))
 
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
     baseline = rss_bytes()
-    times = []
+    times, cpus = [], []
     nbytes = 0
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), cpu()
         out = call()
         times.append(time.perf_counter() - start)
+        cpus.append(cpu() - start_cpu)
         nbytes = out.nbytes
         del out
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"times": times, "peak": peak - baseline, "nbytes": nbytes}))
+    print(json.dumps({"times": times, "cpus": cpus, "peak": peak - baseline, "nbytes": nbytes}))
 
 
 def run_child(impl: str, case_index: int, repeats: int) -> dict[str, Any]:
@@ -169,10 +175,10 @@ def main() -> None:
     )
     print()
     print(
-        "| case | implementation | median s | min s | vs Streaming "
+        "| case | implementation | median s | min s | vs Streaming | CPU s "
         "| peak RSS delta | peak / output |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for index in (int(i) for i in opts.cases.split(",")):
         case = CASES[index]
         rows: list[tuple[str, dict[str, Any] | None, str]] = []
@@ -198,7 +204,7 @@ def main() -> None:
         for impl, result, why in rows:
             if result is None or "times" not in result:
                 reason = why or (result or {}).get("error", "failed")
-                print(f"| {case.name} | {impl} | - | - | - | - | {reason} |")
+                print(f"| {case.name} | {impl} | - | - | - | - | - | {reason} |")
                 continue
             median = medians[impl]
             ratio = (
@@ -211,7 +217,8 @@ def main() -> None:
             peak = result["peak"]
             print(
                 f"| {case.name} | {impl} | {median:.3f} | {min(result['times']):.3f} | "
-                f"{ratio} | {peak / GIB:.2f} GiB | {peak / result['nbytes']:.2f}x |"
+                f"{ratio} | {statistics.median(result['cpus']):.3f} | {peak / GIB:.2f} GiB | "
+                f"{peak / result['nbytes']:.2f}x |"
             )
 
 

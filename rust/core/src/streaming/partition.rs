@@ -271,6 +271,41 @@ impl Canonical {
         }
     }
 
+    /// [`Canonical::run`] into a slice, with `walk`'s flat stride: when
+    /// every column is regular, only the first period is looked up and the
+    /// rest are copies of it, shifted (vectorised).
+    fn run_slice(&self, starts: &impl RowStarts, at: (u64, u64), walk: &Walk, out: &mut [i64]) {
+        let count = out.len() as u64;
+        let (j, c) = at;
+        let (dj, _) = walk.stride;
+        let regular = !self.wrapped && count > 0 && j + (count - 1) * (dj + 1) + 1 < self.width;
+        if !regular || walk.period >= count {
+            self.run(starts, at, walk.stride, count, out.iter_mut());
+            return;
+        }
+        if walk.period == 1 {
+            // One row: an arithmetic progression.
+            let mut value = (starts.get(c) + j) as i64;
+            for slot in out.iter_mut() {
+                *slot = value;
+                value += dj as i64;
+            }
+            return;
+        }
+        let mut filled = walk.period as usize;
+        self.run(starts, at, walk.stride, filled as u64, out.iter_mut());
+        // out[k + m * period] = out[k] + m * delta; copy doubling blocks.
+        while filled < out.len() {
+            let n = filled.min(out.len() - filled);
+            let shift = (filled as u64 / walk.period * walk.delta) as i64;
+            let (done, rest) = out.split_at_mut(filled);
+            for (slot, &value) in rest[..n].iter_mut().zip(&done[..n]) {
+                *slot = value + shift;
+            }
+            filled += n;
+        }
+    }
+
     /// The sample at flat position `f`.
     fn at(&self, starts: &impl RowStarts, f: u64) -> i64 {
         let (j, c) = (f / self.nodes, f % self.nodes);
@@ -439,10 +474,14 @@ impl Layout {
             unit: Walk {
                 ds: 1,
                 stride: (0, 0),
+                period: u64::MAX,
+                delta: 0,
             },
             next_batch: Walk {
                 ds: 1,
                 stride: (0, 0),
+                period: u64::MAX,
+                delta: 0,
             },
         };
         layout.unit = layout.walk(1);
@@ -452,9 +491,19 @@ impl Layout {
 
     /// How the flat position moves when the sample index moves by `ds`.
     fn walk(&self, ds: u64) -> Walk {
+        let df = ds * self.ranks * self.nodes;
+        let rows = self.canonical.nodes;
+        let period = rows / gcd(df % rows, rows);
+        let delta = u128::from(period) * u128::from(df) / u128::from(rows);
+        let (period, delta) = match u64::try_from(delta) {
+            Ok(delta) => (period, delta),
+            Err(_) => (u64::MAX, 0),
+        };
         Walk {
             ds,
-            stride: self.canonical.stride(ds * self.ranks * self.nodes),
+            stride: self.canonical.stride(df),
+            period,
+            delta,
         }
     }
 
@@ -535,8 +584,7 @@ impl Layout {
         for (k, chunk) in out.chunks_mut(batch as usize).enumerate() {
             let s0 = first + k as u64 * self.next_batch.ds;
             if (s0 + batch - 1) * self.ranks + r < self.node_width {
-                self.canonical
-                    .run(starts, at, self.unit.stride, batch, chunk.iter_mut());
+                self.canonical.run_slice(starts, at, &self.unit, chunk);
             } else {
                 self.fill_samples(starts, (p, r), s0, self.unit, batch, chunk.iter_mut());
             }
@@ -545,11 +593,22 @@ impl Layout {
     }
 }
 
-/// A walk through a rank's samples: the sample step and the flat stride.
+/// A walk through a rank's samples: the sample step, the flat stride, and
+/// the walk's period: after `period` steps the row repeats and the sample
+/// has grown by exactly `delta` (`u64::MAX` when that does not fit).
 #[derive(Debug, Clone, Copy)]
 struct Walk {
     ds: u64,
     stride: (u64, u64),
+    period: u64,
+    delta: u64,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// Streaming's first check, made before the algorithm is looked up:
@@ -970,6 +1029,30 @@ mod tests {
             }
             assert!(matches!(part.part(nodes, 0), Err(Error::Index(_))));
             assert!(matches!(part.part(0, ranks), Err(Error::Index(_))));
+        }
+    }
+
+    #[test]
+    fn runs_match_elements_computed_one_by_one() {
+        // Windows of one slot take no run shortcut (periods, progressions,
+        // batch walks); whole fills take all of them.
+        let cases = [
+            args(5000, 12, 4, 1, 2, 33, 0),   // period 3
+            args(10007, 512, 8, 8, 8, 32, 8), // period 8
+            args(999, 16, 4, 2, 1, 40, 4),    // period 2, short rows
+            args(4099, 16, 4, 8, 8, 64, 0),   // one row per run
+            args(777, 3, 6, 5, 3, 17, 12),    // padded rows
+            args(50, 4, 4, 8, 2, 20, 0),      // added columns wrap
+            args(3000, 7, 7, 3, 4, 2, 21),    // short batches, column-wise
+        ];
+        for a in cases {
+            let part = Partition::new(Algo::Orig, &a).unwrap();
+            let full = part.to_vec();
+            for (k, &want) in full.iter().enumerate() {
+                let mut one = [0];
+                part.fill(k as u64, &mut one);
+                assert_eq!(one[0], want, "{a:?} at {k}");
+            }
         }
     }
 
