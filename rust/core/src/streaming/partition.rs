@@ -586,9 +586,29 @@ impl Layout {
             if (s0 + batch - 1) * self.ranks + r < self.node_width {
                 self.canonical.run_slice(starts, at, &self.unit, chunk);
             } else {
-                self.fill_samples(starts, (p, r), s0, self.unit, batch, chunk.iter_mut());
+                self.fill_samples_slice(starts, (p, r), s0, &self.unit, chunk);
             }
             at = self.canonical.advance(at, self.next_batch.stride);
+        }
+    }
+
+    /// [`Layout::fill_samples`] into a slice: through
+    /// [`Canonical::run_slice`] when every sample is a column of the row.
+    fn fill_samples_slice(
+        &self,
+        starts: &impl RowStarts,
+        (p, r): (u64, u64),
+        s0: u64,
+        walk: &Walk,
+        out: &mut [i64],
+    ) {
+        let count = out.len() as u64;
+        if count > 0 && (s0 + (count - 1) * walk.ds) * self.ranks + r < self.node_width {
+            let f0 = self.drop + (s0 * self.ranks + r) * self.nodes + p;
+            self.canonical
+                .run_slice(starts, self.canonical.locate(f0), walk, out);
+        } else {
+            self.fill_samples(starts, (p, r), s0, *walk, count, out.iter_mut());
         }
     }
 }
@@ -868,7 +888,7 @@ impl Partition {
         let l = &self.layout;
         let Some((_, batch)) = self.remap else {
             let s0 = (t * l.workers + w) * l.batch + e0;
-            l.fill_samples(starts, (p, r), s0, l.unit, out.len() as u64, out.iter_mut());
+            l.fill_samples_slice(starts, (p, r), s0, &l.unit, out);
             return;
         };
         // In training order a step is the same global batch on either node
@@ -882,7 +902,7 @@ impl Partition {
             let len = (ib - e).min(rest.len() as u64);
             let (now, later) = rest.split_at_mut(len as usize);
             let s0 = (t * l.workers + w) * ib + e;
-            l.fill_samples(starts, (p0, r0), s0, l.unit, len, now.iter_mut());
+            l.fill_samples_slice(starts, (p0, r0), s0, &l.unit, now);
             rest = later;
             g += len;
         }
@@ -908,10 +928,11 @@ impl Partition {
             return;
         }
         // Short runs: fill slot e of every batch at once; consecutive batches
-        // are a constant number of samples apart.
+        // are a constant number of samples apart. A column is computed
+        // contiguously, then spread over the batches.
         let walk = l.next_batch;
+        let mut column = vec![0; if batch == 1 { 0 } else { count as usize }];
         for e in 0..batch {
-            let column = out[e as usize..].iter_mut().step_by(batch as usize);
             let (p0, r0, e0) = match self.remap {
                 None => (p, r, e),
                 Some(_) => {
@@ -924,7 +945,15 @@ impl Partition {
                 }
             };
             let s0 = (t * l.workers + w) * l.batch + e0;
-            l.fill_samples(starts, (p0, r0), s0, walk, count, column);
+            if batch == 1 {
+                l.fill_samples_slice(starts, (p0, r0), s0, &walk, out);
+                return;
+            }
+            l.fill_samples_slice(starts, (p0, r0), s0, &walk, &mut column);
+            let slots = out[e as usize..].iter_mut().step_by(batch as usize);
+            for (slot, &value) in slots.zip(&column) {
+                *slot = value;
+            }
         }
     }
 }
