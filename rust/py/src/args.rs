@@ -101,6 +101,13 @@ pub fn positions_arg<'py>(
     let np = py.import("numpy")?;
     let arr = np.call_method1("asarray", (obj,))?;
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+    let size: usize = arr.getattr("size")?.extract()?;
+    if size == 0 && kind != "O" {
+        // `take([])`: an empty list is a float64 array to numpy, and numpy's
+        // own `take` accepts it.
+        let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+        return Ok((Vec::new(), shape));
+    }
     if kind != "i" && kind != "u" {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an array of integers, got dtype {}",

@@ -5,7 +5,7 @@ use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
@@ -254,7 +254,18 @@ pub fn split_range(
 ) -> PyResult<(u64, u64, u64)> {
     let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
     let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-    let r = int_arg(rank, "rank", 0, MAX_I64)?;
+    let r = match int_arg(rank, "rank", 0, MAX_I64) {
+        Ok(r) => r,
+        // Out of range (negative or huge): torch's DistributedSampler wording.
+        Err(e) if e.is_instance_of::<PyValueError>(rank.py()) => {
+            return Err(PyValueError::new_err(format!(
+                "Invalid rank {}, rank should be in the interval [0, {}]",
+                rank.str()?,
+                w - 1
+            )))
+        }
+        Err(e) => return Err(e),
+    };
     let mode = match mode {
         Some(m) if !m.is_none() => SplitMode::parse(&str_arg(m, "mode")?).py()?,
         _ => SplitMode::Strided,
