@@ -4,7 +4,7 @@ use crate::args::{int_arg, opt_int_arg, positions_arg, str_arg, MAX_I64, MAX_U64
 use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
+use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
@@ -161,7 +161,12 @@ impl Permutation {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (mut values, shape) = positions_arg(positions, "positions", self.order.len())?;
         py.detach(|| self.order.map_in_place(&mut values));
-        Self::array(py, values).reshape(shape).map(|a| a.into_any())
+        let ids = Self::array(py, values).into_any();
+        if shape.is_empty() {
+            // A scalar position gives a scalar id, as numpy's take does.
+            return ids.get_item(0);
+        }
+        ids.call_method1("reshape", (PyTuple::new(py, shape)?,))
     }
 
     #[pyo3(signature = (dtype = None, copy = None))]
