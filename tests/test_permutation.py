@@ -92,6 +92,19 @@ def test_random_access_at_the_largest_size(kind: str) -> None:
         assert ends == [0, 1, 2**62, MAX - 2, MAX - 1]
 
 
+@pytest.mark.parametrize(
+    ("chunk_size", "preload_nchunks"),
+    [(3, MAX), (2**40, 2**40), (2**62, MAX), (MAX, MAX), (1, 2**62), (10**18, 2**62)],
+)
+def test_chunked_layouts_wider_than_the_data(chunk_size: int, preload_nchunks: int) -> None:
+    layout = {"kind": "chunked", "chunk_size": chunk_size, "preload_nchunks": preload_nchunks}
+    p = ep.Permutation(MAX, seed=2, **layout)
+    ids = np.concatenate([p[:1000], p[-1000:], p.take([2**62, 2**61 + 5])])
+    assert ids.min() >= 0 and len(set(ids.tolist())) == len(ids)
+    for n in (1, 10, 1000):
+        assert np.array_equal(np.sort(np.asarray(ep.Permutation(n, **layout))), np.arange(n))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     n=st.integers(0, 300),

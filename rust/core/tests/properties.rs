@@ -27,10 +27,11 @@ fn size_and_positions() -> impl Strategy<Value = (u64, Vec<u64>)> {
     })
 }
 
+/// Chunk layouts, small to absurd (a window or chunk wider than the data).
 fn chunked_kind() -> impl Strategy<Value = Kind> {
     (
-        prop_oneof![1u64..=8, 9u64..=5000, Just(1u64 << 40)],
-        1u64..=64,
+        prop_oneof![1u64..=8, 9u64..=5000, Just(1u64 << 40), 1..=MAX_SAMPLES],
+        prop_oneof![1u64..=64, Just(1u64 << 40), 1..=MAX_SAMPLES],
     )
         .prop_map(|(chunk_size, window)| Kind::Chunked { chunk_size, window })
 }
