@@ -29,7 +29,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("numpy float size", lambda: ep.Permutation(np.float32(3)), TypeError, "num_samples"),
     ("None size", lambda: ep.Permutation(None), TypeError, "num_samples"),
     ("uniform too large", lambda: ep.permutation(MAX), OverflowError, "num_samples"),
-    ("uniform 2**59", lambda: ep.Permutation(2**59, kind="uniform"), OverflowError, "num_samples"),
+    ("uniform 2**60", lambda: ep.Permutation(2**60, kind="uniform"), OverflowError, "num_samples"),
     ("cipher too large to list", lambda: ep.permutation(2**62, kind="cipher"), OverflowError, ""),
     # seeds and epochs
     ("negative seed", lambda: ep.Permutation(10, seed=-1), ValueError, "seed"),

@@ -132,8 +132,7 @@ impl Order {
                 Map::Chunked(Chunked::new(n, seed, epoch, chunk_size, window))
             }
             Kind::Uniform => {
-                // The shuffle holds two arrays of n ids at its peak.
-                check_alloc(n.saturating_mul(2), "kind='uniform' (num_samples * 2)")?;
+                check_alloc(n, "kind='uniform' (num_samples)")?;
                 Map::Table(Arc::new(uniform_permutation(n, seed, epoch)))
             }
         };
@@ -221,6 +220,22 @@ impl Order {
             self.map_slice(v);
         });
         Ok(out)
+    }
+
+    /// The whole order as one array, consuming the order: a materialised
+    /// order hands over its table without a copy when nothing else shares it.
+    pub fn into_vec(self) -> Result<Vec<i64>> {
+        match self.map {
+            Map::Table(t) => match Arc::try_unwrap(t) {
+                Ok(table) => Ok(table),
+                Err(shared) => Order {
+                    map: Map::Table(shared),
+                    ..self
+                }
+                .to_vec(),
+            },
+            _ => self.to_vec(),
+        }
     }
 
     /// The whole order as one array.

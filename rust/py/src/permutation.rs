@@ -243,7 +243,7 @@ pub fn permutation<'py>(
         )));
     }
     let ids = py
-        .detach(|| Order::new(n, seed, epoch, kind).and_then(|o| o.to_vec()))
+        .detach(|| Order::new(n, seed, epoch, kind).and_then(Order::into_vec))
         .py()?;
     Ok(ids.into_pyarray(py))
 }
