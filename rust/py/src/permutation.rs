@@ -4,8 +4,8 @@ use crate::args::{int_arg, opt_int_arg, positions_arg, str_arg, MAX_I64, MAX_U64
 use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
@@ -161,7 +161,12 @@ impl Permutation {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (mut values, shape) = positions_arg(positions, "positions", self.order.len())?;
         py.detach(|| self.order.map_in_place(&mut values));
-        Self::array(py, values).reshape(shape).map(|a| a.into_any())
+        let ids = Self::array(py, values).into_any();
+        if shape.is_empty() {
+            // A scalar position gives a scalar id, as numpy's take does.
+            return ids.get_item(0);
+        }
+        ids.call_method1("reshape", (PyTuple::new(py, shape)?,))
     }
 
     #[pyo3(signature = (dtype = None, copy = None))]
@@ -238,7 +243,7 @@ pub fn permutation<'py>(
         )));
     }
     let ids = py
-        .detach(|| Order::new(n, seed, epoch, kind).and_then(|o| o.to_vec()))
+        .detach(|| Order::new(n, seed, epoch, kind).and_then(Order::into_vec))
         .py()?;
     Ok(ids.into_pyarray(py))
 }
@@ -254,7 +259,18 @@ pub fn split_range(
 ) -> PyResult<(u64, u64, u64)> {
     let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
     let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-    let r = int_arg(rank, "rank", 0, MAX_I64)?;
+    let r = match int_arg(rank, "rank", 0, MAX_I64) {
+        Ok(r) => r,
+        // Out of range (negative or huge): torch's DistributedSampler wording.
+        Err(e) if e.is_instance_of::<PyValueError>(rank.py()) => {
+            return Err(PyValueError::new_err(format!(
+                "Invalid rank {}, rank should be in the interval [0, {}]",
+                rank.str()?,
+                w - 1
+            )))
+        }
+        Err(e) => return Err(e),
+    };
     let mode = match mode {
         Some(m) if !m.is_none() => SplitMode::parse(&str_arg(m, "mode")?).py()?,
         _ => SplitMode::Strided,
