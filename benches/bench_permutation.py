@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import epochplan as ep
 import numpy as np
 import pytest
+
+import epochplan as ep
 
 N = 10**7
 
