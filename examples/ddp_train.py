@@ -86,6 +86,9 @@ def main() -> None:
         batch_sampler=sampler,
         collate_fn=sampler.collate(dtype=torch.float64),
         num_workers=args.num_workers,
+        # Fork the workers once, not every epoch (the batch sampler stays in this
+        # process, so set_epoch still reaches it).
+        persistent_workers=args.num_workers > 0,
     )
 
     start_epoch = 0

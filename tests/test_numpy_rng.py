@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from epochplan import _native
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from epochplan import _native
 
 SEEDS = [
     0,

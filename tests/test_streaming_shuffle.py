@@ -7,15 +7,16 @@ import types
 import warnings
 from typing import Any
 
-import epochplan
 import numpy as np
 import numpy.typing as npt
 import pytest
-from epochplan import _native
-from epochplan.compat.streaming import get_shuffle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streaming_ref import load_shuffle
+
+import epochplan
+from epochplan import _native
+from epochplan.compat.streaming import get_shuffle
 
 ALGOS = ["naive", "py1s", "py2s", "py1br", "py1e"]
 

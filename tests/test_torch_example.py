@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -21,23 +22,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children first found, grandchildren after)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def torchrun(nproc: int, *args: str, cwd: Path) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     cmd += [str(EXAMPLE), *args]
-    # A session of its own, so a hang can be ended with all the ranks.
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
-        start_new_session=True,
     )
     try:
         stdout, stderr = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        # torchrun starts each rank in a session of its own: end every descendant.
+        for pid in [*descendants(proc.pid), proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail("torchrun hung for more than 300 s")
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]

@@ -4,6 +4,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from typing import Any, overload
+
 import numpy as np
 import numpy.typing as npt
 
@@ -35,6 +37,9 @@ class Permutation:
     def preload_nchunks(self) -> int | None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, key: Any) -> Any: ...
+    @overload
+    def take(self, positions: int | np.integer[Any]) -> int: ...
+    @overload
     def take(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]: ...
     def __array__(self, dtype: Any = None, copy: Any = None) -> npt.NDArray[Any]: ...
 
@@ -164,3 +169,31 @@ def _np_generate_state(seed: int, n_words: int) -> list[int]: ...
 def _np_pcg64_state(seed: int) -> tuple[int, int]: ...
 def _np_run(seed: int, ops: list[tuple[Any, ...]]) -> list[npt.NDArray[Any]]: ...
 def _np_sort_by_keys(keys: list[float], samples: list[int]) -> npt.NDArray[np.int64]: ...
+
+# Streaming's partitions (rust/py/src/streaming_partition.rs); they warn and
+# log as Streaming does.
+def streaming_partitions(
+    algo: str,
+    num_samples: int,
+    num_canonical_nodes: int,
+    num_physical_nodes: int,
+    ranks_per_node: int,
+    workers_per_rank: int,
+    batch_size: int,
+    drop_first: int = 0,
+    initial_physical_nodes: int | None = None,
+) -> npt.NDArray[np.int64]: ...
+def streaming_partition_part(
+    algo: str,
+    num_samples: int,
+    num_canonical_nodes: int,
+    num_physical_nodes: int,
+    ranks_per_node: int,
+    workers_per_rank: int,
+    batch_size: int,
+    drop_first: int = 0,
+    initial_physical_nodes: int | None = None,
+    *,
+    node: int,
+    rank: int,
+) -> npt.NDArray[np.int64]: ...

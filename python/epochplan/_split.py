@@ -30,7 +30,8 @@ def split(
     if isinstance(num_samples_or_array, (int, np.integer)) and not isinstance(
         num_samples_or_array, bool
     ):
-        start, stop, step = _native.split_range(int(num_samples_or_array), world_size, rank, mode)
+        n = int(num_samples_or_array)
+        start, stop, step = _native.split_range(n, world_size, rank, mode)
         return np.arange(start, stop, step, dtype=np.int64)
     if isinstance(num_samples_or_array, (bool, float, str)):
         raise TypeError(

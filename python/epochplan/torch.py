@@ -253,7 +253,8 @@ class _StridedSampler(Sampler[int]):
             pad = np.arange(start + real * w, start + size * w, w, dtype=np.int64) % n
             parts.append(order.take(pad))
         ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return list(ids.tolist())
+        out: list[int] = ids.tolist()
+        return out
 
     def __iter__(self) -> Iterator[int]:
         # A DataLoader calls iter() more than once before it takes the first index, so

@@ -41,6 +41,10 @@ impl Chunked {
     pub fn new(n: u64, seed: u64, epoch: u64, chunk_size: u64, window: u64) -> Self {
         debug_assert!(chunk_size >= 1 && window >= 1);
         let num_chunks = n.div_ceil(chunk_size);
+        // A window wider than the whole dataset is the whole dataset; capping
+        // it keeps `window * chunk_size` (<= n + chunk_size) from overflowing
+        // and changes no order.
+        let window = window.min(num_chunks.max(1));
         let chunk_order = Cipher::new(num_chunks, derive(seed, epoch, domain("chunks"), 0));
         let deficit = num_chunks * chunk_size - n;
         let short_slot = if num_chunks == 0 {

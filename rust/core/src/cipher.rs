@@ -14,14 +14,20 @@
 //! invertible on its own, so the network is a bijection of `[0, 2^bits)`, and
 //! cycle-walking (re-encrypting until the value is below `n`) restricts it to a
 //! bijection of `[0, n)` for every `n`, including `2^k` and `2^k + 1`.
+//! Domains of at most 64 elements are too small for a Feistel network to reach
+//! the orders evenly (over keys, some of the 120 orders of 5 elements would be
+//! far likelier than others), so there the bijection is a table: Fisher-Yates
+//! with xoshiro256++ seeded by the same key, exactly uniform over keys.
 //! Using the next power of two (not the next even power) keeps the expected
 //! walk below two encryptions. Six rounds: a Feistel network needs four with
 //! ideal round functions; two more give margin.
 
-use crate::keys::SplitMix64;
+use crate::keys::{SplitMix64, Xoshiro256pp};
 
 /// Feistel rounds; even, so every half is updated the same number of times.
 const ROUNDS: usize = 6;
+/// Domains up to this size use a shuffled table instead of the network.
+const TABLE_MAX: u64 = 64;
 /// Positions processed per block by the batch evaluator (fits in L1).
 const BLOCK: usize = 2048;
 
@@ -34,6 +40,8 @@ pub struct Cipher {
     hi_shift: u32,
     lo_shift: u32,
     keys: [u64; ROUNDS],
+    /// For `n <= TABLE_MAX`: position -> id and id -> position.
+    table: Option<Box<([u8; TABLE_MAX as usize], [u8; TABLE_MAX as usize])>>,
 }
 
 /// The round function before truncation: SplitMix64's mixer of `x ^ key`.
@@ -53,12 +61,25 @@ impl Cipher {
         let lo_bits = bits - hi_bits;
         let mut stream = SplitMix64::new(key[0] ^ key[1].rotate_left(29));
         let keys = std::array::from_fn(|_| stream.next_u64());
+        let table = (n <= TABLE_MAX).then(|| {
+            let mut forward: [u8; TABLE_MAX as usize] = std::array::from_fn(|i| i as u8);
+            let mut rng = Xoshiro256pp::from_key(key);
+            for i in (1..n as usize).rev() {
+                forward.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            let mut inverse = [0u8; TABLE_MAX as usize];
+            for (p, &id) in forward.iter().enumerate().take(n as usize) {
+                inverse[id as usize] = p as u8;
+            }
+            Box::new((forward, inverse))
+        });
         Self {
             n,
             lo_bits,
             hi_shift: 64 - hi_bits,
             lo_shift: 64 - lo_bits,
             keys,
+            table,
         }
     }
 
@@ -102,6 +123,9 @@ impl Cipher {
     #[inline]
     pub fn apply(&self, position: u64) -> u64 {
         debug_assert!(position < self.n);
+        if let Some(t) = &self.table {
+            return u64::from(t.0[position as usize]);
+        }
         let mut y = self.encrypt_once(position);
         while y >= self.n {
             y = self.encrypt_once(y);
@@ -113,6 +137,9 @@ impl Cipher {
     #[inline]
     pub fn invert(&self, id: u64) -> u64 {
         debug_assert!(id < self.n);
+        if let Some(t) = &self.table {
+            return u64::from(t.1[id as usize]);
+        }
         let mut x = self.decrypt_once(id);
         while x >= self.n {
             x = self.decrypt_once(x);
@@ -127,6 +154,12 @@ impl Cipher {
     /// list, so the unpredictable walk never costs a mispredicted branch per
     /// element.
     pub fn apply_in_place(&self, values: &mut [i64]) {
+        if let Some(t) = &self.table {
+            values
+                .iter_mut()
+                .for_each(|v| *v = i64::from(t.0[*v as usize]));
+            return;
+        }
         let mut pending = [0u16; BLOCK];
         for block in values.chunks_mut(BLOCK) {
             for v in block.iter_mut() {
@@ -174,6 +207,25 @@ mod tests {
         for n in 0..300 {
             assert!(is_bijection(n, [n, 7]), "n = {n}");
         }
+    }
+
+    #[test]
+    fn tiny_domains_hit_every_order_about_equally() {
+        // All 120 orders of 5 elements over 12,000 keys: each about 100 times.
+        let mut counts = std::collections::HashMap::new();
+        for k in 0..12_000u64 {
+            let c = Cipher::new(5, [k, 99]);
+            *counts
+                .entry((0..5).map(|p| c.apply(p)).collect::<Vec<_>>())
+                .or_insert(0u32) += 1;
+        }
+        assert_eq!(counts.len(), 120);
+        let chi2: f64 = counts
+            .values()
+            .map(|&c| (f64::from(c) - 100.0).powi(2) / 100.0)
+            .sum();
+        // 119 degrees of freedom: the 1e-6 upper quantile is about 215.
+        assert!(chi2 < 215.0, "chi2 = {chi2}");
     }
 
     #[test]

@@ -11,6 +11,20 @@ use std::sync::Arc;
 /// The largest supported number of samples: ids must fit in int64.
 pub const MAX_SAMPLES: u64 = i64::MAX as u64;
 
+/// Checks that `count` int64 values can be allocated, so that a request too
+/// large for the machine is an error instead of an aborted process.
+pub(crate) fn check_alloc(count: u64, what: &str) -> Result<usize> {
+    let too_large = || {
+        Error::Overflow(format!(
+            "cannot allocate {count} int64 values for {what}: not enough memory"
+        ))
+    };
+    let len = usize::try_from(count).map_err(|_| too_large())?;
+    let mut probe: Vec<i64> = Vec::new();
+    probe.try_reserve_exact(len).map_err(|_| too_large())?;
+    Ok(len)
+}
+
 /// How the epoch's samples are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -118,11 +132,7 @@ impl Order {
                 Map::Chunked(Chunked::new(n, seed, epoch, chunk_size, window))
             }
             Kind::Uniform => {
-                if n > usize::MAX as u64 / 16 {
-                    return Err(Error::Overflow(format!(
-                        "kind='uniform' materialises the order; num_samples={n} is too large"
-                    )));
-                }
+                check_alloc(n, "kind='uniform' (num_samples)")?;
                 Map::Table(Arc::new(uniform_permutation(n, seed, epoch)))
             }
         };
@@ -201,8 +211,7 @@ impl Order {
                 )));
             }
         }
-        let count = usize::try_from(count)
-            .map_err(|_| Error::Overflow(format!("cannot allocate {count} ids")))?;
+        let count = check_alloc(count, "the requested ids")?;
         let mut out = vec![0i64; count];
         parallel::for_each_piece(&mut out, parallel::PIECE, |offset, v| {
             for (i, x) in v.iter_mut().enumerate() {
@@ -213,9 +222,26 @@ impl Order {
         Ok(out)
     }
 
+    /// The whole order as one array, consuming the order: a materialised
+    /// order hands over its table without a copy when nothing else shares it.
+    pub fn into_vec(self) -> Result<Vec<i64>> {
+        match self.map {
+            Map::Table(t) => match Arc::try_unwrap(t) {
+                Ok(table) => Ok(table),
+                Err(shared) => Order {
+                    map: Map::Table(shared),
+                    ..self
+                }
+                .to_vec(),
+            },
+            _ => self.to_vec(),
+        }
+    }
+
     /// The whole order as one array.
     pub fn to_vec(&self) -> Result<Vec<i64>> {
         if let Map::Table(t) = &self.map {
+            check_alloc(self.n, "a copy of the order")?;
             return Ok(t.as_ref().clone());
         }
         self.range(0, 1, self.n)

@@ -275,24 +275,26 @@ impl Plan {
         if micro_batch_size == 0 {
             return Err(Error::Value("micro_batch_size must be >= 1, got 0".into()));
         }
-        let (first, last) = (self.start_step(), self.num_steps());
-        if first == last {
-            return Ok(0);
+        Ok(
+            self.sum_over_steps(self.start_step(), self.num_steps(), |len| {
+                micro_batches_of(len, world_size, micro_batch_size)
+            }),
+        )
+    }
+
+    /// The sum of `per_step(n_t)` over steps `first..last` in O(1): every
+    /// step but the epoch's last has `G` samples.
+    fn sum_over_steps(&self, first: u64, last: u64, per_step: impl Fn(u64) -> u64) -> u64 {
+        if first >= last {
+            return 0;
         }
         let g = self.global_batch_size;
-        let full = micro_batches_of(g, world_size, micro_batch_size);
         let tail = self.step_len_unchecked(last - 1);
-        let full_steps = if tail == g {
-            last - first
+        if tail == g {
+            (last - first) * per_step(g)
         } else {
-            last - first - 1
-        };
-        let tail_mb = if tail == g {
-            0
-        } else {
-            micro_batches_of(tail, world_size, micro_batch_size)
-        };
-        Ok(full_steps * full + tail_mb)
+            (last - first - 1) * per_step(g) + per_step(tail)
+        }
     }
 
     /// The micro-batches of rank `rank` in step `step`: for each, the sample
@@ -391,22 +393,7 @@ fn share_of(step_len: u64, rank: u64, world_size: u64, micro_batch_size: u64) ->
 }
 
 fn rank_total(plan: &Plan, first: u64, last: u64, rank: u64, world_size: u64) -> u64 {
-    if first >= last {
-        return 0;
-    }
-    let g = plan.global_batch_size;
-    let tail = plan.step_len_unchecked(last - 1);
-    let full_steps = if tail == g {
-        last - first
-    } else {
-        last - first - 1
-    };
-    let tail_count = if tail == g {
-        0
-    } else {
-        rank_count(tail, rank, world_size)
-    };
-    full_steps * rank_count(g, rank, world_size) + tail_count
+    plan.sum_over_steps(first, last, |len| rank_count(len, rank, world_size))
 }
 
 /// Fills `out` with rank `rank`'s sample ids from `first_step` (after

@@ -22,6 +22,8 @@ const LABEL_BLOCK: usize = 1 << 16;
 /// Target bucket size: a bucket of int64 fits in a core's L2 cache.
 const BUCKET_TARGET: u64 = 1 << 16;
 const MAX_BUCKET_BITS: u32 = 13;
+/// Runs of consecutive label blocks scattered in parallel, per thread.
+const TASKS_PER_THREAD: usize = 4;
 
 fn domain(label: &str) -> Domain<'_> {
     Domain {
@@ -79,65 +81,79 @@ pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Vec<i64> {
     let bits = bucket_bits(n as u64);
     let buckets = 1usize << bits;
     let blocks = n.div_ceil(LABEL_BLOCK);
+    let block_len = |b: usize| LABEL_BLOCK.min(n - b * LABEL_BLOCK);
 
-    // 1. Each block sorts its own positions by label (a counting sort inside
-    //    the block), remembering where each label's run starts.
-    let mut grouped = vec![0i64; n];
-    let mut block_starts = vec![0usize; blocks * (buckets + 1)];
+    // Bucket l holds, in block order, the positions of every block that drew
+    // label l. The blocks are dealt to `tasks` runs of consecutive blocks; a
+    // run's positions with label l form one contiguous piece of bucket l, so
+    // each run writes its positions straight into the output. The output does
+    // not depend on `tasks`.
+    let tasks = blocks
+        .min(TASKS_PER_THREAD * parallel::num_threads())
+        .max(1);
+    let first_block = |t: usize| t * blocks / tasks;
+
+    // 1. How many positions of each run draw each label.
+    let mut sizes = vec![0usize; tasks * buckets];
     parallel::install(|| {
-        grouped
-            .par_chunks_mut(LABEL_BLOCK)
-            .zip(block_starts.par_chunks_mut(buckets + 1))
+        sizes
+            .par_chunks_mut(buckets)
             .enumerate()
-            .for_each(|(b, (out, starts))| {
-                let base = (b * LABEL_BLOCK) as i64;
-                let mut counts = vec![0usize; buckets];
-                for_each_label(seed, epoch, b, out.len(), bits, |l| counts[l] += 1);
-                let mut acc = 0;
-                for (s, c) in starts.iter_mut().zip(&counts) {
-                    *s = acc;
-                    acc += c;
+            .for_each(|(t, c)| {
+                for b in first_block(t)..first_block(t + 1) {
+                    for_each_label(seed, epoch, b, block_len(b), bits, |l| c[l] += 1);
                 }
-                starts[buckets] = acc;
-                let mut next = starts[..buckets].to_vec();
-                let mut i = 0;
-                for_each_label(seed, epoch, b, out.len(), bits, |l| {
-                    out[next[l]] = base + i;
-                    next[l] += 1;
-                    i += 1;
-                });
             });
     });
 
-    // 2. Bucket sizes and where each bucket starts in the output.
-    let mut bucket_start = vec![0usize; buckets + 1];
-    for starts in block_starts.chunks(buckets + 1) {
-        for (l, w) in starts.windows(2).enumerate() {
-            bucket_start[l + 1] += w[1] - w[0];
+    // 2. Each run scatters its positions into its pieces of the buckets.
+    let mut out = vec![0i64; n];
+    let mut bucket_pieces: Vec<&mut [i64]> = Vec::with_capacity(buckets);
+    let mut task_pieces: Vec<Vec<&mut [i64]>> =
+        (0..tasks).map(|_| Vec::with_capacity(buckets)).collect();
+    let mut rest = out.as_mut_slice();
+    for l in 0..buckets {
+        let len: usize = (0..tasks).map(|t| sizes[t * buckets + l]).sum();
+        let (bucket, tail) = rest.split_at_mut(len);
+        rest = tail;
+        bucket_pieces.push(bucket);
+    }
+    for bucket in bucket_pieces {
+        let mut bucket = bucket;
+        for (t, pieces) in task_pieces.iter_mut().enumerate() {
+            let (piece, tail) = bucket.split_at_mut(sizes[t * buckets + pieces.len()]);
+            pieces.push(piece);
+            bucket = tail;
         }
     }
-    for l in 0..buckets {
-        bucket_start[l + 1] += bucket_start[l];
-    }
+    parallel::install(|| {
+        task_pieces
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(t, mut pieces)| {
+                let mut next = vec![0usize; buckets];
+                for b in first_block(t)..first_block(t + 1) {
+                    let mut id = (b * LABEL_BLOCK) as i64;
+                    for_each_label(seed, epoch, b, block_len(b), bits, |l| {
+                        pieces[l][next[l]] = id;
+                        next[l] += 1;
+                        id += 1;
+                    });
+                }
+            });
+    });
 
-    // 3. Each bucket gathers its runs from every block in block order, then is
-    //    shuffled with its own stream.
-    let mut out = vec![0i64; n];
+    // 3. Each bucket is shuffled with its own stream.
     let mut pieces: Vec<&mut [i64]> = Vec::with_capacity(buckets);
     let mut rest = out.as_mut_slice();
     for l in 0..buckets {
-        let (head, tail) = rest.split_at_mut(bucket_start[l + 1] - bucket_start[l]);
+        let len: usize = (0..tasks).map(|t| sizes[t * buckets + l]).sum();
+        let (head, tail) = rest.split_at_mut(len);
         pieces.push(head);
         rest = tail;
     }
     parallel::install(|| {
         pieces.into_par_iter().enumerate().for_each(|(l, piece)| {
-            let mut at = 0;
-            for (b, starts) in block_starts.chunks(buckets + 1).enumerate() {
-                let run = &grouped[b * LABEL_BLOCK + starts[l]..b * LABEL_BLOCK + starts[l + 1]];
-                piece[at..at + run.len()].copy_from_slice(run);
-                at += run.len();
-            }
             let mut rng = Xoshiro256pp::from_key(derive(seed, epoch, domain("bucket"), l as u64));
             fisher_yates(piece, &mut rng);
         });

@@ -2,7 +2,7 @@
 //! object into a range-checked integer, an index array or a name, with
 //! messages that name the argument and its allowed range.
 
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyString};
@@ -101,6 +101,14 @@ pub fn positions_arg<'py>(
     let np = py.import("numpy")?;
     let arr = np.call_method1("asarray", (obj,))?;
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+    let size: usize = arr.getattr("size")?.extract()?;
+    // Taken before `ascontiguousarray`, which turns a 0-d array into 1-d.
+    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    if size == 0 && kind != "O" {
+        // `take([])`: an empty list is a float64 array to numpy, and numpy's
+        // own `take` accepts it.
+        return Ok((Vec::new(), shape));
+    }
     if kind != "i" && kind != "u" {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an array of integers, got dtype {}",
@@ -120,7 +128,6 @@ pub fn positions_arg<'py>(
     }
     let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
     let arr = arr.cast::<PyArrayDyn<i64>>()?;
-    let shape = arr.shape().to_vec();
     let ro = arr.readonly();
     let mut values = ro.as_slice()?.to_vec();
     for v in values.iter_mut() {

@@ -4,10 +4,10 @@ use crate::args::{int_arg, opt_int_arg, positions_arg, str_arg, MAX_I64, MAX_U64
 use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice, PyTuple};
+use pyo3::types::{PyDict, PySlice, PyString, PyTuple};
 
 /// Parses `kind` (+ the chunked parameters) from Python arguments.
 pub fn kind_arg(
@@ -19,6 +19,32 @@ pub fn kind_arg(
     let chunk_size = opt_int_arg(chunk_size, "chunk_size", 1, MAX_I64)?;
     let window = opt_int_arg(preload_nchunks, "preload_nchunks", 1, MAX_I64)?;
     Kind::parse(&name, chunk_size, window).py()
+}
+
+/// The checked arguments that select an order: `(num_samples, seed, epoch, kind)`,
+/// with `default_kind` when `kind` is None. Shared by every class and function
+/// that builds an order, so each argument is checked and named in one place.
+pub fn order_args(
+    num_samples: &Bound<'_, PyAny>,
+    seed: Option<&Bound<'_, PyAny>>,
+    epoch: Option<&Bound<'_, PyAny>>,
+    kind: Option<&Bound<'_, PyAny>>,
+    chunk_size: Option<&Bound<'_, PyAny>>,
+    preload_nchunks: Option<&Bound<'_, PyAny>>,
+    default_kind: &str,
+) -> PyResult<(u64, u64, u64, Kind)> {
+    let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
+    let seed = opt_int_arg(seed, "seed", 0, MAX_U64)?.unwrap_or(0);
+    let epoch = opt_int_arg(epoch, "epoch", 0, MAX_U64)?.unwrap_or(0);
+    let kind = match kind {
+        Some(k) if !k.is_none() => kind_arg(k, chunk_size, preload_nchunks)?,
+        _ => kind_arg(
+            &PyString::new(num_samples.py(), default_kind).into_any(),
+            chunk_size,
+            preload_nchunks,
+        )?,
+    };
+    Ok((n, seed, epoch, kind))
 }
 
 /// The chunked parameters of a kind, for reprs and pickling.
@@ -57,17 +83,15 @@ impl Permutation {
         chunk_size: Option<&Bound<'_, PyAny>>,
         preload_nchunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
-        let seed = opt_int_arg(seed, "seed", 0, MAX_U64)?.unwrap_or(0);
-        let epoch = opt_int_arg(epoch, "epoch", 0, MAX_U64)?.unwrap_or(0);
-        let kind = match kind {
-            Some(k) if !k.is_none() => kind_arg(k, chunk_size, preload_nchunks)?,
-            _ => kind_arg(
-                &pyo3::types::PyString::new(py, "cipher").into_any(),
-                chunk_size,
-                preload_nchunks,
-            )?,
-        };
+        let (n, seed, epoch, kind) = order_args(
+            num_samples,
+            seed,
+            epoch,
+            kind,
+            chunk_size,
+            preload_nchunks,
+            "cipher",
+        )?;
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
         Ok(Self { order, seed, epoch })
     }
@@ -161,7 +185,12 @@ impl Permutation {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (mut values, shape) = positions_arg(positions, "positions", self.order.len())?;
         py.detach(|| self.order.map_in_place(&mut values));
-        Self::array(py, values).reshape(shape).map(|a| a.into_any())
+        let ids = Self::array(py, values).into_any();
+        if shape.is_empty() {
+            // A scalar position gives a scalar id, as numpy's take does.
+            return ids.get_item(0);
+        }
+        ids.call_method1("reshape", (PyTuple::new(py, shape)?,))
     }
 
     #[pyo3(signature = (dtype = None, copy = None))]
@@ -221,24 +250,22 @@ pub fn permutation<'py>(
     chunk_size: Option<&Bound<'py, PyAny>>,
     preload_nchunks: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
-    let seed = opt_int_arg(seed, "seed", 0, MAX_U64)?.unwrap_or(0);
-    let epoch = opt_int_arg(epoch, "epoch", 0, MAX_U64)?.unwrap_or(0);
-    let kind = match kind {
-        Some(k) if !k.is_none() => kind_arg(k, chunk_size, preload_nchunks)?,
-        _ => kind_arg(
-            &pyo3::types::PyString::new(py, "uniform").into_any(),
-            chunk_size,
-            preload_nchunks,
-        )?,
-    };
+    let (n, seed, epoch, kind) = order_args(
+        num_samples,
+        seed,
+        epoch,
+        kind,
+        chunk_size,
+        preload_nchunks,
+        "uniform",
+    )?;
     if n > (isize::MAX as u64) / 8 {
         return Err(pyo3::exceptions::PyOverflowError::new_err(format!(
             "num_samples={n} is too large to materialise"
         )));
     }
     let ids = py
-        .detach(|| Order::new(n, seed, epoch, kind).and_then(|o| o.to_vec()))
+        .detach(|| Order::new(n, seed, epoch, kind).and_then(Order::into_vec))
         .py()?;
     Ok(ids.into_pyarray(py))
 }
@@ -254,7 +281,18 @@ pub fn split_range(
 ) -> PyResult<(u64, u64, u64)> {
     let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
     let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-    let r = int_arg(rank, "rank", 0, MAX_I64)?;
+    let r = match int_arg(rank, "rank", 0, MAX_I64) {
+        Ok(r) => r,
+        // Out of range (negative or huge): torch's DistributedSampler wording.
+        Err(e) if e.is_instance_of::<PyValueError>(rank.py()) => {
+            return Err(PyValueError::new_err(format!(
+                "Invalid rank {}, rank should be in the interval [0, {}]",
+                rank.str()?,
+                w - 1
+            )))
+        }
+        Err(e) => return Err(e),
+    };
     let mode = match mode {
         Some(m) if !m.is_none() => SplitMode::parse(&str_arg(m, "mode")?).py()?,
         _ => SplitMode::Strided,

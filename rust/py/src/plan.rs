@@ -2,13 +2,13 @@
 
 use crate::args::{int_arg, opt_int_arg, positions_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
-use crate::permutation::{kind_arg, kind_params};
+use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
 use epochplan_core::{Order, FORMAT_VERSION};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 
 /// The keys of a state dict, in order.
 const STATE_KEYS: [&str; 10] = [
@@ -63,18 +63,16 @@ impl EpochPlan {
         chunk_size: Option<&Bound<'_, PyAny>>,
         preload_nchunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
+        let (n, seed, epoch, kind) = order_args(
+            num_samples,
+            seed,
+            epoch,
+            kind,
+            chunk_size,
+            preload_nchunks,
+            "cipher",
+        )?;
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let seed = opt_int_arg(seed, "seed", 0, MAX_U64)?.unwrap_or(0);
-        let epoch = opt_int_arg(epoch, "epoch", 0, MAX_U64)?.unwrap_or(0);
-        let kind = match kind {
-            Some(k) if !k.is_none() => kind_arg(k, chunk_size, preload_nchunks)?,
-            _ => kind_arg(
-                &PyString::new(py, "cipher").into_any(),
-                chunk_size,
-                preload_nchunks,
-            )?,
-        };
         let drop_last = bool_arg(drop_last, "drop_last")?;
         let cursor = opt_int_arg(cursor, "cursor", 0, MAX_I64)?.unwrap_or(0);
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;

@@ -1,8 +1,210 @@
-//! Bindings of Streaming's partitions (to be written).
+//! Bindings of Streaming's partitions: the whole array
+//! (`streaming_partitions`) and one rank's part (`streaming_partition_part`).
+//! Both report Streaming's notices as Streaming does, also when the
+//! arguments are then rejected: `UserWarning`s (attributed to the caller of
+//! the Python wrapper) and WARNING records on the
+//! `epochplan.compat.streaming` logger.
 
+use crate::args::{int_arg, opt_int_arg, str_arg, MAX_I64};
+use crate::errors::IntoPyResult;
+use epochplan_core::streaming::partition::{
+    check_drop_first, Algo, Notice, Partition, PartitionArgs,
+};
+use numpy::{PyArrayDyn, PyArrayMethods};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyUserWarning};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyString};
+use std::ffi::CString;
+
+/// The logger Streaming's log messages go to.
+const LOGGER: &str = "epochplan.compat.streaming";
+
+/// Checks the arguments in Streaming's order: their values, then
+/// `drop_first` against the epoch, then the algorithm's name (KeyError, as
+/// Streaming's lookup), then the algorithm's own checks.
+#[allow(clippy::too_many_arguments)]
+fn resolve(
+    py: Python<'_>,
+    algo: &Bound<'_, PyAny>,
+    num_samples: &Bound<'_, PyAny>,
+    num_canonical_nodes: &Bound<'_, PyAny>,
+    num_physical_nodes: &Bound<'_, PyAny>,
+    ranks_per_node: &Bound<'_, PyAny>,
+    workers_per_rank: &Bound<'_, PyAny>,
+    batch_size: &Bound<'_, PyAny>,
+    drop_first: Option<&Bound<'_, PyAny>>,
+    initial_physical_nodes: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Partition> {
+    let name = str_arg(algo, "algo")?;
+    let args = PartitionArgs {
+        num_samples: int_arg(num_samples, "num_samples", 1, MAX_I64)?,
+        num_canonical_nodes: int_arg(num_canonical_nodes, "num_canonical_nodes", 1, MAX_I64)?,
+        num_physical_nodes: int_arg(num_physical_nodes, "num_physical_nodes", 1, MAX_I64)?,
+        ranks_per_node: int_arg(ranks_per_node, "ranks_per_node", 1, MAX_I64)?,
+        workers_per_rank: int_arg(workers_per_rank, "workers_per_rank", 1, MAX_I64)?,
+        batch_size: int_arg(batch_size, "batch_size", 1, MAX_I64)?,
+        drop_first: opt_int_arg(drop_first, "drop_first", 0, MAX_I64)?.unwrap_or(0),
+        initial_physical_nodes: opt_int_arg(
+            initial_physical_nodes,
+            "initial_physical_nodes",
+            0,
+            MAX_I64,
+        )?,
+    };
+    check_drop_first(&args).py()?;
+    let algo = Algo::parse(&name).ok_or_else(|| {
+        PyKeyError::new_err(format!(r#"algo must be "orig" or "relaxed", got {name:?}"#))
+    })?;
+    let (partition, notices) = Partition::resolve(algo, &args);
+    report(py, &notices)?;
+    partition.py()
+}
+
+/// Emits Streaming's notices, in order. A warning filter set to "error"
+/// turns a warning into the exception, as with Streaming.
+fn report(py: Python<'_>, notices: &[Notice]) -> PyResult<()> {
+    for notice in notices {
+        match notice {
+            Notice::Warning(message) => {
+                let category = py.get_type::<PyUserWarning>();
+                let message = CString::new(message.as_str())?;
+                // 1 is the Python wrapper, 2 its caller.
+                PyErr::warn(py, &category, &message, 2)?;
+            }
+            Notice::Log(message) => {
+                py.import("logging")?
+                    .call_method1("getLogger", (LOGGER,))?
+                    .call_method1("warning", (message,))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills a new int64 numpy array of `shape` with the elements of
+/// `partition` from `offset` on, without the GIL.
+///
+/// numpy allocates it: large numpy buffers are marked for transparent huge
+/// pages, which makes the first write to them several times faster than to
+/// a plain `Vec` (one fault per 2 MiB instead of per 4 KiB), and a buffer
+/// too large raises MemoryError instead of aborting.
+fn filled<'py>(
+    py: Python<'py>,
+    partition: &Partition,
+    offset: u64,
+    shape: &[u64],
+) -> PyResult<Bound<'py, PyAny>> {
+    let np = py.import("numpy")?;
+    let array = np.call_method1("empty", (dims(shape), np.getattr("int64")?))?;
+    {
+        let typed = array.cast::<PyArrayDyn<i64>>()?;
+        let mut rw = typed.readwrite();
+        let out = rw.as_slice_mut()?;
+        py.detach(|| partition.fill(offset, out));
+    }
+    Ok(array)
+}
+
+fn dims(shape: &[u64]) -> Vec<usize> {
+    shape.iter().map(|&d| d as usize).collect()
+}
+
+/// Streaming's `get_partitions`: ids of shape (nodes, ranks per node,
+/// workers per rank, batches per worker, batch size).
+#[pyfunction]
+#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn streaming_partitions<'py>(
+    py: Python<'py>,
+    algo: &Bound<'py, PyAny>,
+    num_samples: &Bound<'py, PyAny>,
+    num_canonical_nodes: &Bound<'py, PyAny>,
+    num_physical_nodes: &Bound<'py, PyAny>,
+    ranks_per_node: &Bound<'py, PyAny>,
+    workers_per_rank: &Bound<'py, PyAny>,
+    batch_size: &Bound<'py, PyAny>,
+    drop_first: Option<&Bound<'py, PyAny>>,
+    initial_physical_nodes: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let partition = resolve(
+        py,
+        algo,
+        num_samples,
+        num_canonical_nodes,
+        num_physical_nodes,
+        ranks_per_node,
+        workers_per_rank,
+        batch_size,
+        drop_first,
+        initial_physical_nodes,
+    )?;
+    filled(py, &partition, 0, &partition.shape())
+}
+
+/// An index argument in `[0, len)`: TypeError for non-integers, IndexError
+/// naming the argument and its range otherwise.
+fn index_arg(obj: &Bound<'_, PyAny>, name: &str, len: u64, what: &str) -> PyResult<u64> {
+    if obj.is_instance_of::<PyBool>()
+        || obj.is_instance_of::<PyFloat>()
+        || obj.is_instance_of::<PyString>()
+        || !obj.hasattr("__index__")?
+    {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got {}",
+            obj.get_type().name()?
+        )));
+    }
+    let value = obj.call_method0("__index__")?;
+    match value.extract::<i128>() {
+        Ok(v) if v >= 0 && v < i128::from(len) => Ok(v as u64),
+        _ => Err(PyIndexError::new_err(format!(
+            "{name} must be in [0, {len}) ({what} = {len}), got {}",
+            value.str()?
+        ))),
+    }
+}
+
+/// One rank's part of Streaming's `get_partitions`: `full[node, rank]`, of
+/// shape (workers per rank, batches per worker, batch size), computed alone.
+#[pyfunction]
+#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None, *, node, rank))]
+#[allow(clippy::too_many_arguments)]
+pub fn streaming_partition_part<'py>(
+    py: Python<'py>,
+    algo: &Bound<'py, PyAny>,
+    num_samples: &Bound<'py, PyAny>,
+    num_canonical_nodes: &Bound<'py, PyAny>,
+    num_physical_nodes: &Bound<'py, PyAny>,
+    ranks_per_node: &Bound<'py, PyAny>,
+    workers_per_rank: &Bound<'py, PyAny>,
+    batch_size: &Bound<'py, PyAny>,
+    drop_first: Option<&Bound<'py, PyAny>>,
+    initial_physical_nodes: Option<&Bound<'py, PyAny>>,
+    node: &Bound<'py, PyAny>,
+    rank: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let partition = resolve(
+        py,
+        algo,
+        num_samples,
+        num_canonical_nodes,
+        num_physical_nodes,
+        ranks_per_node,
+        workers_per_rank,
+        batch_size,
+        drop_first,
+        initial_physical_nodes,
+    )?;
+    let [nodes, ranks, ..] = partition.shape();
+    let node = index_arg(node, "node", nodes, "num_physical_nodes")?;
+    let rank = index_arg(rank, "rank", ranks, "ranks_per_node")?;
+    let offset = partition.part_offset(node, rank).py()?;
+    filled(py, &partition, offset, &partition.shape()[2..])
+}
 
 /// Adds this module's functions to `_native`.
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(streaming_partitions, m)?)?;
+    m.add_function(wrap_pyfunction!(streaming_partition_part, m)?)?;
     Ok(())
 }

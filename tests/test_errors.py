@@ -1,0 +1,235 @@
+"""Bad input raises ValueError, TypeError, OverflowError or IndexError with a
+message that names the argument; no input crashes the process or raises
+anything else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import epochplan as ep
+
+ALLOWED = (ValueError, TypeError, OverflowError, IndexError)
+MAX = 2**63 - 1
+P = ep.Permutation(100, seed=1)
+
+CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
+    # sizes
+    ("negative size", lambda: ep.Permutation(-1), ValueError, "num_samples"),
+    ("size too large", lambda: ep.Permutation(2**63), ValueError, "num_samples"),
+    ("huge size", lambda: ep.permutation(10**40), ValueError, "num_samples"),
+    ("float size", lambda: ep.Permutation(10.0), TypeError, "num_samples"),
+    ("str size", lambda: ep.permutation("10"), TypeError, "num_samples"),
+    ("bool size", lambda: ep.Permutation(True), TypeError, "num_samples"),
+    ("numpy bool size", lambda: ep.Permutation(np.True_), TypeError, "num_samples"),
+    ("numpy float size", lambda: ep.Permutation(np.float32(3)), TypeError, "num_samples"),
+    ("None size", lambda: ep.Permutation(None), TypeError, "num_samples"),
+    ("uniform too large", lambda: ep.permutation(MAX), OverflowError, "num_samples"),
+    ("uniform 2**60", lambda: ep.Permutation(2**60, kind="uniform"), OverflowError, "num_samples"),
+    ("cipher too large to list", lambda: ep.permutation(2**62, kind="cipher"), OverflowError, ""),
+    # seeds and epochs
+    ("negative seed", lambda: ep.Permutation(10, seed=-1), ValueError, "seed"),
+    ("seed 2**64", lambda: ep.permutation(10, seed=2**64), ValueError, "seed"),
+    ("float seed", lambda: ep.Permutation(10, seed=1.5), TypeError, "seed"),
+    ("bool seed", lambda: ep.Permutation(10, seed=False), TypeError, "seed"),
+    ("str seed", lambda: ep.Permutation(10, seed="0"), TypeError, "seed"),
+    ("negative epoch", lambda: ep.Permutation(10, epoch=-1), ValueError, "epoch"),
+    ("epoch 2**64", lambda: ep.permutation(10, epoch=2**64), ValueError, "epoch"),
+    ("float epoch", lambda: ep.permutation(10, epoch=np.float64(1)), TypeError, "epoch"),
+    ("bool epoch", lambda: ep.permutation(10, epoch=True), TypeError, "epoch"),
+    # kinds
+    ("unknown kind", lambda: ep.Permutation(10, kind="random"), ValueError, "kind"),
+    ("kind not a str", lambda: ep.permutation(10, kind=1), TypeError, "kind"),
+    ("chunked without size", lambda: ep.Permutation(10, kind="chunked"), ValueError, "chunk_size"),
+    (
+        "chunk_size 0",
+        lambda: ep.Permutation(10, kind="chunked", chunk_size=0),
+        ValueError,
+        "chunk_size",
+    ),
+    (
+        "preload_nchunks 0",
+        lambda: ep.Permutation(10, kind="chunked", chunk_size=2, preload_nchunks=0),
+        ValueError,
+        "preload_nchunks",
+    ),
+    (
+        "float chunk_size",
+        lambda: ep.Permutation(10, kind="chunked", chunk_size=2.0),
+        TypeError,
+        "chunk_size",
+    ),
+    ("chunk_size on cipher", lambda: ep.Permutation(10, chunk_size=4), ValueError, "chunk_size"),
+    # indexing
+    ("index too large", lambda: P[100], IndexError, "index"),
+    ("index too small", lambda: P[-101], IndexError, "index"),
+    ("huge index", lambda: P[10**30], IndexError, "index"),
+    ("float index", lambda: P[1.0], TypeError, "indices"),
+    ("bool index", lambda: P[True], TypeError, "indices"),
+    ("str index", lambda: P["1"], TypeError, "indices"),
+    ("None index", lambda: P[None], TypeError, "indices"),
+    ("slice step 0", lambda: P[::0], ValueError, "slice step"),
+    ("slice of floats", lambda: P[0.5:], TypeError, "slice"),
+    ("take too large", lambda: P.take([0, 100]), IndexError, "positions"),
+    ("take too small", lambda: P.take(np.array([-101])), IndexError, "positions"),
+    ("take uint64 max", lambda: P.take(np.array([2**64 - 1], np.uint64)), IndexError, "positions"),
+    ("take floats", lambda: P.take([0.0, 1.0]), TypeError, "positions"),
+    ("take bools", lambda: P.take(np.array([True, False])), TypeError, "positions"),
+    ("take strings", lambda: P.take(["a"]), TypeError, "positions"),
+    ("take objects", lambda: P.take(np.array([1, None], dtype=object)), TypeError, "positions"),
+    ("take None", lambda: P.take(None), TypeError, "positions"),
+    ("take from empty", lambda: ep.Permutation(0).take([0]), IndexError, "positions"),
+    # split
+    ("world_size 0", lambda: ep.split(10, 0, 0), ValueError, "world_size"),
+    ("negative world_size", lambda: ep.split(10, -2, 0), ValueError, "world_size"),
+    ("rank = world_size", lambda: ep.split(10, 2, 2), ValueError, "rank"),
+    ("negative rank", lambda: ep.split(10, 2, -1), ValueError, "rank"),
+    ("float rank", lambda: ep.split(10, 2, 1.0), TypeError, "rank"),
+    ("bool rank", lambda: ep.split(10, 2, True), TypeError, "rank"),
+    ("str world_size", lambda: ep.split(10, "2", 0), TypeError, "world_size"),
+    ("negative samples", lambda: ep.split(-1, 2, 0), ValueError, "num_samples"),
+    ("float samples", lambda: ep.split(10.0, 2, 0), TypeError, "num_samples_or_array"),
+    ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
+    ("None samples", lambda: ep.split(None, 2, 0), TypeError, "num_samples_or_array"),
+    ("unknown mode", lambda: ep.split(10, 2, 0, "blocks"), ValueError, "mode"),
+    ("mode not a str", lambda: ep.split(10, 2, 0, 1), TypeError, "mode"),
+    # threads
+    ("negative threads", lambda: ep.set_num_threads(-1), ValueError, "num_threads"),
+    ("too many threads", lambda: ep.set_num_threads(10**6), ValueError, "num_threads"),
+    ("float threads", lambda: ep.set_num_threads(2.0), TypeError, "num_threads"),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input_raises_a_named_error(
+    call: Callable[[], object], error: type[Exception], name: str
+) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert name in str(info.value)
+
+
+def test_ranges_are_in_messages() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*63 - 1\], got -1"):
+        ep.Permutation(-1)
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*64 - 1\]"):
+        ep.Permutation(1, seed=-1)
+    with pytest.raises(IndexError, match=r"\[-100, 100\)"):
+        P[100]
+
+
+def test_limits_are_accepted() -> None:
+    p = ep.Permutation(MAX, seed=2**64 - 1, epoch=2**64 - 1)
+    assert 0 <= p[MAX - 1] < MAX
+    assert len(ep.permutation(0)) == 0
+    assert ep.Permutation(5, seed=np.uint64(2**64 - 1), epoch=np.int8(3)).seed == 2**64 - 1
+    assert ep.split(np.int32(10), np.int64(3), np.uint8(2)).tolist() == [2, 5, 8]
+
+
+# ---------------------------------------------------------------- fuzzing
+
+SCALARS = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.integers(-3, 300),
+    st.sampled_from([0, 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=8),
+    st.sampled_from(["cipher", "uniform", "chunked", "identity", "strided", "contiguous"]),
+    st.builds(np.int64, st.integers(-(2**63), 2**63 - 1)),
+    st.builds(np.uint64, st.integers(0, 2**64 - 1)),
+    st.builds(np.int8, st.integers(-128, 127)),
+    st.builds(np.float32, st.floats(-1e6, 1e6, width=32)),
+    st.sampled_from([np.True_, np.False_, np.nan]),
+)
+ARRAYS = st.one_of(
+    st.lists(st.integers(-(2**65), 2**65), max_size=5).map(lambda v: np.array(v, dtype=object)),
+    st.lists(st.integers(-300, 300), max_size=5).map(np.array),
+    st.lists(st.integers(-300, 300), max_size=5),
+    st.lists(st.floats(), max_size=3).map(np.array),
+    st.lists(st.booleans(), max_size=3).map(np.array),
+    st.lists(st.integers(0, 2**64 - 1), max_size=3).map(lambda v: np.array(v, dtype=np.uint64)),
+    st.lists(st.text(max_size=2), max_size=3),
+)
+VALUES = st.one_of(SCALARS, ARRAYS)
+
+# A size that keeps any materialised output small, or one far too large to
+# allocate (rejected before any work).
+SIZES = st.one_of(SCALARS, st.integers(0, 2000))
+LIMIT = 10**6  # largest output the fuzzer may ask to build
+
+
+def bounded(n: object) -> bool:
+    """True when materialising an order of n samples is cheap or refused."""
+    try:
+        value = int(n)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return True
+    return value <= LIMIT or value >= 2**61
+
+
+def kwargs() -> st.SearchStrategy[dict[str, Any]]:
+    keys = ["seed", "epoch", "kind", "chunk_size", "preload_nchunks"]
+    return st.dictionaries(st.sampled_from(keys), VALUES, max_size=4)
+
+
+def slices() -> st.SearchStrategy[slice]:
+    part = st.one_of(st.none(), st.integers(-3000, 3000), SCALARS)
+    return st.builds(slice, part, part, part)
+
+
+@settings(
+    max_examples=600,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(data=st.data())
+def test_fuzz_public_functions(data: st.DataObject) -> None:
+    target = data.draw(
+        st.sampled_from(["Permutation", "permutation", "index", "take", "split", "threads"])
+    )
+    try:
+        if target == "Permutation":
+            ep.Permutation(data.draw(SIZES), **data.draw(kwargs()))
+        elif target == "permutation":
+            n = data.draw(SIZES.filter(bounded))
+            ep.permutation(n, **data.draw(kwargs()))
+        elif target in ("index", "take"):
+            n = data.draw(st.one_of(st.integers(0, 3000), st.just(MAX)))
+            kind = data.draw(st.sampled_from(["cipher", "chunked", "identity", "uniform"]))
+            extra = {}
+            if kind == "chunked":
+                layout = st.one_of(st.integers(1, 8), st.integers(1, MAX))
+                extra = {"chunk_size": data.draw(layout), "preload_nchunks": data.draw(layout)}
+            if kind == "uniform" and n == MAX:
+                kind = "cipher"
+            p = ep.Permutation(n, kind=kind, **extra)
+            if target == "take":
+                p.take(data.draw(VALUES))
+            else:
+                key = data.draw(st.one_of(VALUES, slices()))
+                if isinstance(key, slice) and n == MAX:
+                    start = data.draw(st.integers(-5000, MAX))
+                    key = slice(start, start + data.draw(st.integers(-5000, 5000)), key.step)
+                    if not isinstance(key.step, int) or abs(key.step) > 10**6:
+                        key = slice(key.start, key.stop)
+                p[key]
+        elif target == "split":
+            n = data.draw(st.one_of(VALUES, st.integers(0, 10**6)))
+            args = data.draw(st.lists(VALUES, min_size=2, max_size=3))
+            if bounded(n) or not isinstance(n, (int, np.integer)):
+                ep.split(n, *args)
+        else:
+            ep.set_num_threads(data.draw(VALUES))
+    except ALLOWED:
+        pass
+    finally:
+        ep.set_num_threads(0)
