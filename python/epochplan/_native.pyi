@@ -2,8 +2,6 @@
 
 import os
 from collections.abc import Callable
-from typing import Any
-
 from typing import Any, overload
 
 import numpy as np
