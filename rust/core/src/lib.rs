@@ -7,7 +7,7 @@
 //! - [`order`]: the order of an epoch, by kind.
 //! - [`split`]: dealing positions to ranks.
 //! - [`plan`]: exact, equal-step, weighted, elastic epoch plans.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod chunked;
 pub mod cipher;
