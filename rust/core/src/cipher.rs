@@ -31,7 +31,7 @@ const TABLE_MAX: u64 = 64;
 /// Positions processed per block by the batch evaluator (fits in L1).
 const BLOCK: usize = 2048;
 /// Positions encrypted side by side by the batch evaluator.
-const LANES: usize = 8;
+const LANES: usize = 4;
 // Walked lists are rounded up to whole groups of lanes inside one block, and
 // block indices are stored as u16.
 const _: () = assert!(BLOCK % LANES == 0 && BLOCK <= 1 << 16);
