@@ -28,7 +28,8 @@ use crate::keys::{SplitMix64, Xoshiro256pp};
 const ROUNDS: usize = 6;
 /// Domains up to this size use a shuffled table instead of the network.
 const TABLE_MAX: u64 = 64;
-/// Positions processed per block by the batch evaluator (fits in L1).
+/// Positions processed per block by the batch evaluator (the block and its
+/// walked list stay in cache; 1024 and 512 measured no faster).
 const BLOCK: usize = 2048;
 /// Positions encrypted side by side by the batch evaluator.
 const LANES: usize = 4;
@@ -180,7 +181,10 @@ impl Cipher {
         self.apply_blocks_dispatch(values);
     }
 
-    /// Runs [`Cipher::apply_blocks`] compiled for AVX2 when the CPU has it.
+    /// Runs [`Cipher::apply_blocks`] compiled for AVX2 when the CPU has it
+    /// (the standard library caches the detection). AVX2 has no 64-bit lane
+    /// multiply, but its 32-bit one (`vpmuludq`, three per product) on four
+    /// lanes still beats the scalar multiplier.
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     fn apply_blocks_dispatch(&self, values: &mut [i64]) {
