@@ -1,6 +1,7 @@
 //! The Python bindings of epochplan-core: argument checks, the GIL released
 //! around every long computation, and int64 arrays handed to numpy without a
 //! copy. Nothing here computes an order or a plan itself.
+#![forbid(unsafe_code)]
 
 mod args;
 mod errors;
