@@ -40,6 +40,9 @@ def _load_package(name: str) -> types.ModuleType:
         if parent not in sys.modules:
             stub = types.ModuleType(parent)
             stub.__path__ = [str(where)]
+            # A real spec keeps importlib.util.find_spec working for later callers.
+            stub.__spec__ = importlib.machinery.ModuleSpec(parent, None, is_package=True)
+            stub.__spec__.submodule_search_locations = [str(where)]
             sys.modules[parent] = stub
     spec = importlib.util.spec_from_file_location(
         full,
