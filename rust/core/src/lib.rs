@@ -10,9 +10,11 @@
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //!
 //! The only `unsafe` is the call into the AVX2 build of the cipher's batch
-//! evaluator after the CPU was seen to support it (`cipher.rs`).
+//! evaluator after the CPU was seen to support it (`cipher.rs`), and the
+//! allocation of large zeroed outputs with a huge-page hint (`buffer.rs`).
 #![deny(unsafe_code)]
 
+pub mod buffer;
 pub mod chunked;
 pub mod cipher;
 pub mod error;

@@ -1,5 +1,6 @@
 //! Orders: the bijection position -> sample id of an epoch, by kind.
 
+use crate::buffer::zeroed_ids;
 use crate::chunked::Chunked;
 use crate::cipher::Cipher;
 use crate::error::{Error, Result};
@@ -10,20 +11,6 @@ use std::sync::Arc;
 
 /// The largest supported number of samples: ids must fit in int64.
 pub const MAX_SAMPLES: u64 = i64::MAX as u64;
-
-/// Checks that `count` int64 values can be allocated, so that a request too
-/// large for the machine is an error instead of an aborted process.
-pub(crate) fn check_alloc(count: u64, what: &str) -> Result<usize> {
-    let too_large = || {
-        Error::Overflow(format!(
-            "cannot allocate {count} int64 values for {what}: not enough memory"
-        ))
-    };
-    let len = usize::try_from(count).map_err(|_| too_large())?;
-    let mut probe: Vec<i64> = Vec::new();
-    probe.try_reserve_exact(len).map_err(|_| too_large())?;
-    Ok(len)
-}
 
 /// How the epoch's samples are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,10 +118,7 @@ impl Order {
             Kind::Chunked { chunk_size, window } => {
                 Map::Chunked(Chunked::new(n, seed, epoch, chunk_size, window))
             }
-            Kind::Uniform => {
-                check_alloc(n, "kind='uniform' (num_samples)")?;
-                Map::Table(Arc::new(uniform_permutation(n, seed, epoch)))
-            }
+            Kind::Uniform => Map::Table(Arc::new(uniform_permutation(n, seed, epoch)?)),
         };
         Ok(Order { n, kind, map })
     }
@@ -211,8 +195,7 @@ impl Order {
                 )));
             }
         }
-        let count = check_alloc(count, "the requested ids")?;
-        let mut out = vec![0i64; count];
+        let mut out = zeroed_ids(count, "the requested ids")?;
         parallel::for_each_piece(&mut out, parallel::PIECE, |offset, v| {
             for (i, x) in v.iter_mut().enumerate() {
                 *x = start as i64 + step * (offset + i) as i64;
@@ -241,8 +224,9 @@ impl Order {
     /// The whole order as one array.
     pub fn to_vec(&self) -> Result<Vec<i64>> {
         if let Map::Table(t) = &self.map {
-            check_alloc(self.n, "a copy of the order")?;
-            return Ok(t.as_ref().clone());
+            let mut copy = zeroed_ids(self.n, "a copy of the order")?;
+            copy.copy_from_slice(t);
+            return Ok(copy);
         }
         self.range(0, 1, self.n)
     }

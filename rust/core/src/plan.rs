@@ -16,6 +16,7 @@
 //! A plan can start at a step boundary (`cursor`, in samples): the state to
 //! resume is `(format, N, seed, epoch, kind, G, cursor)`, independent of `W`.
 
+use crate::buffer::zeroed_ids;
 use crate::error::{Error, Result};
 use crate::order::{Kind, Order};
 use crate::parallel;
@@ -199,9 +200,7 @@ impl Plan {
         check_rank(rank, world_size)?;
         let (first, last) = (self.start_step(), self.num_steps());
         let total = rank_total(self, first, last, rank, world_size);
-        let total =
-            usize::try_from(total).map_err(|_| Error::Overflow("rank share too large".into()))?;
-        let mut out = vec![0i64; total];
+        let mut out = zeroed_ids(total, "the rank's share")?;
         self.fill_rank_positions(first, rank, world_size, &mut out);
         self.order.map_in_place(&mut out);
         Ok(out)

@@ -11,6 +11,8 @@
 //! Every random stream is keyed by a fixed unit of work (a block of positions,
 //! a bucket), never by a thread, so the output is the same for any thread count.
 
+use crate::buffer::zeroed_ids;
+use crate::error::Result;
 use crate::keys::{derive, Domain, Xoshiro256pp};
 use crate::parallel;
 use rayon::prelude::*;
@@ -70,12 +72,15 @@ fn for_each_label(
 }
 
 /// A uniformly random permutation of `[0, n)` for `(seed, epoch)`.
-pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Vec<i64> {
+pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Result<Vec<i64>> {
+    let mut out = zeroed_ids(n, "kind='uniform' (num_samples)")?;
     if n <= SMALL {
-        let mut out: Vec<i64> = (0..n as i64).collect();
+        for (i, x) in out.iter_mut().enumerate() {
+            *x = i as i64;
+        }
         let mut rng = Xoshiro256pp::from_key(derive(seed, epoch, domain("fisher-yates"), 0));
         fisher_yates(&mut out, &mut rng);
-        return out;
+        return Ok(out);
     }
     let n = n as usize;
     let bits = bucket_bits(n as u64);
@@ -107,7 +112,6 @@ pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Vec<i64> {
     });
 
     // 2. Each run scatters its positions into its pieces of the buckets.
-    let mut out = vec![0i64; n];
     let mut bucket_pieces: Vec<&mut [i64]> = Vec::with_capacity(buckets);
     let mut task_pieces: Vec<Vec<&mut [i64]>> =
         (0..tasks).map(|_| Vec::with_capacity(buckets)).collect();
@@ -158,7 +162,7 @@ pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Vec<i64> {
             fisher_yates(piece, &mut rng);
         });
     });
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -176,7 +180,7 @@ mod tests {
     #[test]
     fn small_and_large_are_permutations() {
         for n in [0u64, 1, 2, 5, 1000, SMALL, SMALL + 1, 300_001] {
-            let v = uniform_permutation(n, 3, 4);
+            let v = uniform_permutation(n, 3, 4).unwrap();
             assert_eq!(v.len() as u64, n);
             assert_permutation(&v);
         }
@@ -185,9 +189,9 @@ mod tests {
     #[test]
     fn independent_of_thread_count() {
         parallel::set_num_threads(1);
-        let a = uniform_permutation(500_000, 1, 2);
+        let a = uniform_permutation(500_000, 1, 2).unwrap();
         parallel::set_num_threads(2);
-        let b = uniform_permutation(500_000, 1, 2);
+        let b = uniform_permutation(500_000, 1, 2).unwrap();
         parallel::set_num_threads(0);
         assert_eq!(a, b);
     }

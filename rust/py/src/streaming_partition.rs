@@ -10,8 +10,8 @@ use crate::errors::IntoPyResult;
 use epochplan_core::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
-use numpy::{PyArrayDyn, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyUserWarning};
+use numpy::{IntoPyArray, PyArrayMethods};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyTypeError, PyUserWarning};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyString};
 use std::ffi::CString;
@@ -81,28 +81,15 @@ fn report(py: Python<'_>, notices: &[Notice]) -> PyResult<()> {
     Ok(())
 }
 
-/// Fills a new int64 numpy array of `shape` with the elements of
-/// `partition` from `offset` on, without the GIL.
-///
-/// numpy allocates it: large numpy buffers are marked for transparent huge
-/// pages, which makes the first write to them several times faster than to
-/// a plain `Vec` (one fault per 2 MiB instead of per 4 KiB), and a buffer
-/// too large raises MemoryError instead of aborting.
-fn filled<'py>(
-    py: Python<'py>,
-    partition: &Partition,
-    offset: u64,
-    shape: &[u64],
-) -> PyResult<Bound<'py, PyAny>> {
-    let np = py.import("numpy")?;
-    let array = np.call_method1("empty", (dims(shape), np.getattr("int64")?))?;
-    {
-        let typed = array.cast::<PyArrayDyn<i64>>()?;
-        let mut rw = typed.readwrite();
-        let out = rw.as_slice_mut()?;
-        py.detach(|| partition.fill(offset, out));
-    }
-    Ok(array)
+/// The partition's ids, or MemoryError (as numpy raises for Streaming) when
+/// they do not fit in memory: allocation is the only way filling can fail.
+fn to_memory_error(err: epochplan_core::Error) -> PyErr {
+    PyMemoryError::new_err(err.to_string())
+}
+
+/// `ids` as an int64 numpy array of `shape`, without a copy.
+fn shaped<'py>(py: Python<'py>, ids: Vec<i64>, shape: &[u64]) -> PyResult<Bound<'py, PyAny>> {
+    Ok(ids.into_pyarray(py).reshape(dims(shape))?.into_any())
 }
 
 fn dims(shape: &[u64]) -> Vec<usize> {
@@ -138,7 +125,8 @@ pub fn streaming_partitions<'py>(
         drop_first,
         initial_physical_nodes,
     )?;
-    filled(py, &partition, 0, &partition.shape())
+    let ids = py.detach(|| partition.to_vec()).map_err(to_memory_error)?;
+    shaped(py, ids, &partition.shape())
 }
 
 /// An index argument in `[0, len)`: TypeError for non-integers, IndexError
@@ -198,8 +186,10 @@ pub fn streaming_partition_part<'py>(
     let [nodes, ranks, ..] = partition.shape();
     let node = index_arg(node, "node", nodes, "num_physical_nodes")?;
     let rank = index_arg(rank, "rank", ranks, "ranks_per_node")?;
-    let offset = partition.part_offset(node, rank).py()?;
-    filled(py, &partition, offset, &partition.shape()[2..])
+    let ids = py
+        .detach(|| partition.part(node, rank))
+        .map_err(to_memory_error)?;
+    shaped(py, ids, &partition.shape()[2..])
 }
 
 /// Adds this module's functions to `_native`.

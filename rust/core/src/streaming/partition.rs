@@ -34,6 +34,7 @@
 //! pieces on the fork-safe pool; the result does not depend on the thread
 //! count.
 
+use crate::buffer::zeroed_ids;
 use crate::error::{Error, Result};
 use crate::parallel;
 
@@ -799,17 +800,17 @@ impl Partition {
     }
 
     /// The whole partition, flat in C order.
-    pub fn to_vec(&self) -> Vec<i64> {
-        let mut out = vec![0; self.len() as usize];
+    pub fn to_vec(&self) -> Result<Vec<i64>> {
+        let mut out = zeroed_ids(self.len(), "the partition")?;
         self.fill(0, &mut out);
-        out
+        Ok(out)
     }
 
     /// The part of rank `rank` of node `node` (all its workers), flat in C
     /// order: `full[node, rank]`. Time and memory proportional to the part.
     pub fn part(&self, node: u64, rank: u64) -> Result<Vec<i64>> {
         let offset = self.part_offset(node, rank)?;
-        let mut out = vec![0; self.part_len() as usize];
+        let mut out = zeroed_ids(self.part_len(), "the partition part")?;
         self.fill(offset, &mut out);
         Ok(out)
     }
@@ -979,7 +980,10 @@ mod tests {
     fn one_node_one_rank_is_the_identity_in_batches() {
         let part = Partition::new(Algo::Orig, &args(10, 1, 1, 1, 1, 4, 0)).unwrap();
         assert_eq!(part.shape(), [1, 1, 1, 3, 4]);
-        assert_eq!(part.to_vec(), vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -1]);
+        assert_eq!(
+            part.to_vec().unwrap(),
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -1]
+        );
     }
 
     #[test]
@@ -988,14 +992,14 @@ mod tests {
         // batch 2: node rows [0..4) and [4..8), dealt column by column.
         let part = Partition::new(Algo::Orig, &args(8, 2, 2, 2, 1, 2, 0)).unwrap();
         assert_eq!(part.shape(), [2, 2, 1, 1, 2]);
-        assert_eq!(part.to_vec(), vec![0, 2, 1, 3, 4, 6, 5, 7]);
+        assert_eq!(part.to_vec().unwrap(), vec![0, 2, 1, 3, 4, 6, 5, 7]);
     }
 
     #[test]
     fn short_rows_repeat_their_last_sample() {
         // 5 samples over 2 canonical nodes: rows [0, 1, 1] and [2, 3, 4].
         let part = Partition::new(Algo::Orig, &args(5, 2, 1, 1, 1, 6, 0)).unwrap();
-        assert_eq!(part.to_vec(), vec![0, 2, 1, 3, 1, 4]);
+        assert_eq!(part.to_vec().unwrap(), vec![0, 2, 1, 3, 1, 4]);
     }
 
     #[test]
@@ -1018,7 +1022,7 @@ mod tests {
             (96, 8, 8, 1, 1, 3),
         ] {
             let part = Partition::new(Algo::Orig, &args(n, c, p, r, w, b, 0)).unwrap();
-            let mut ids = part.to_vec();
+            let mut ids = part.to_vec().unwrap();
             ids.retain(|&x| x >= 0);
             ids.sort_unstable();
             assert_eq!(
@@ -1041,7 +1045,7 @@ mod tests {
         for (algo, mut a, initial) in cases {
             a.initial_physical_nodes = initial;
             let part = Partition::new(algo, &a).unwrap();
-            let full = part.to_vec();
+            let full = part.to_vec().unwrap();
             let [nodes, ranks, ..] = part.shape();
             let len = part.part_len() as usize;
             for node in 0..nodes {
@@ -1076,7 +1080,7 @@ mod tests {
         ];
         for a in cases {
             let part = Partition::new(Algo::Orig, &a).unwrap();
-            let full = part.to_vec();
+            let full = part.to_vec().unwrap();
             for (k, &want) in full.iter().enumerate() {
                 let mut one = [0];
                 part.fill(k as u64, &mut one);
@@ -1090,13 +1094,13 @@ mod tests {
         // Resuming 2 nodes x batch 3 on 3 nodes x batch 2: the global batches
         // in training order are the same.
         let mut a = args(120, 4, 2, 1, 1, 3, 0);
-        let before = Partition::new(Algo::Orig, &a).unwrap().to_vec();
+        let before = Partition::new(Algo::Orig, &a).unwrap().to_vec().unwrap();
         a.num_physical_nodes = 3;
         a.batch_size = 2;
         a.initial_physical_nodes = Some(2);
         let after = Partition::new(Algo::Relaxed, &a).unwrap();
         let [_, _, _, steps, _] = after.shape();
-        let after = after.to_vec();
+        let after = after.to_vec().unwrap();
         // One worker, one rank: (node, step, slot).
         for t in 0..steps as usize {
             let old: Vec<i64> = (0..2)
@@ -1113,9 +1117,9 @@ mod tests {
     fn any_thread_count_gives_the_same_output() {
         let part = Partition::new(Algo::Orig, &args(1 << 20, 8, 4, 2, 3, 7, 40)).unwrap();
         parallel::set_num_threads(1);
-        let one = part.to_vec();
+        let one = part.to_vec().unwrap();
         parallel::set_num_threads(3);
-        let three = part.to_vec();
+        let three = part.to_vec().unwrap();
         parallel::set_num_threads(0);
         assert_eq!(one, three);
     }

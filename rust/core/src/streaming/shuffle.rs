@@ -40,6 +40,7 @@
 //!   buckets written out as soon as no later position can reach them.
 
 use super::numpy_rng::Generator;
+use crate::buffer::{ids_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::parallel;
 
@@ -185,11 +186,7 @@ fn total_samples(shard_sizes: &[i64]) -> Result<u64> {
 
 /// An empty vector with room for `n` ids, or an error if it cannot be had.
 fn alloc_ids(n: u64) -> Result<Vec<i64>> {
-    let too_many = || Error::Overflow(format!("{n} samples are too many to materialise"));
-    let n = usize::try_from(n).map_err(|_| too_many())?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| too_many())?;
-    Ok(v)
+    ids_with_capacity(n, "the shuffled sample ids")
 }
 
 /// Each shard's span of sample ids, in shard order.
@@ -385,14 +382,6 @@ fn go_parallel(num_samples: u64) -> bool {
     parallel::num_threads() > 1 && num_samples >= parallel::PIECE as u64
 }
 
-/// A zeroed id buffer. Its pages are left untouched (a fresh zeroed
-/// mapping), so whoever fills a part of it faults that part in, in parallel.
-fn zeroed_ids(n: u64) -> Result<Vec<i64>> {
-    // Fail cleanly if the memory cannot be had, before asking for it zeroed.
-    drop(alloc_ids(n)?);
-    Ok(vec![0; n as usize])
-}
-
 fn py1s(
     shard_sizes: &[i64],
     num_samples: u64,
@@ -401,7 +390,7 @@ fn py1s(
     epoch_seed: u128,
 ) -> Result<Vec<i64>> {
     let (spans, _, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
-    let mut ids = zeroed_ids(num_samples)?;
+    let mut ids = zeroed_ids(num_samples, "the shuffled sample ids")?;
     if !go_parallel(num_samples) {
         fill_shuffled(&mut rng, &spans, &mut ids);
         return Ok(ids);
@@ -540,7 +529,7 @@ fn py1e(
         high: scaled_block(1.25, block_size),
         block_size,
     };
-    let mut ids = zeroed_ids(num_samples)?;
+    let mut ids = zeroed_ids(num_samples, "the shuffled sample ids")?;
     if !go_parallel(num_samples) || parts.len() == 1 {
         let mut scratch = SortScratch::default();
         let mut rest: &mut [i64] = &mut ids;

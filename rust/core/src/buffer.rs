@@ -1,0 +1,122 @@
+//! Large output arrays of ids.
+//!
+//! An output of 10^8 ids is 800 MB of fresh memory, and on a virtual machine
+//! the first touch of every 4 KiB page is a fault that can cost several
+//! microseconds: at 10^8 ids that is more time than computing the ids. So
+//! large outputs ask the kernel for transparent huge pages (one fault per
+//! 2 MiB, as numpy does for its own large arrays), and they are allocated
+//! zeroed but untouched, so that the parallel passes that fill them take the
+//! faults on every core instead of one thread zeroing them first.
+
+use crate::error::{Error, Result};
+
+/// Outputs at least this large (in bytes) are advised to use huge pages.
+const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
+
+/// A zeroed vector of `count` int64 values, or an error naming `what` when the
+/// machine cannot hold it (instead of an aborted process).
+pub fn zeroed_ids(count: u64, what: &str) -> Result<Vec<i64>> {
+    let ids = try_zeroed(checked_len(count, what)?).ok_or_else(|| too_large(count, what))?;
+    advise_huge_pages(&ids);
+    Ok(ids)
+}
+
+/// An empty vector with room for exactly `count` int64 values, to be filled
+/// by pushing; errors as [`zeroed_ids`].
+pub fn ids_with_capacity(count: u64, what: &str) -> Result<Vec<i64>> {
+    let mut ids = Vec::new();
+    ids.try_reserve_exact(checked_len(count, what)?)
+        .map_err(|_| too_large(count, what))?;
+    advise_huge_pages(ids.spare_capacity_mut());
+    Ok(ids)
+}
+
+fn too_large(count: u64, what: &str) -> Error {
+    Error::Overflow(format!(
+        "cannot allocate {count} int64 values for {what}: not enough memory"
+    ))
+}
+
+fn checked_len(count: u64, what: &str) -> Result<usize> {
+    usize::try_from(count).map_err(|_| too_large(count, what))
+}
+
+/// `vec![0; len]` that returns `None` instead of aborting when the
+/// allocation fails. Large zeroed allocations come straight from the kernel
+/// (already zero), so nothing is written here.
+#[allow(unsafe_code)]
+fn try_zeroed(len: usize) -> Option<Vec<i64>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<i64>(len).ok()?;
+    // SAFETY: `layout` has a non-zero size. A non-null result is a block of
+    // `len` zeroed (hence valid) i64 values from the global allocator with
+    // exactly the layout that `Vec<i64>` of capacity `len` frees it with.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<i64>();
+        if ptr.is_null() {
+            return None;
+        }
+        Some(Vec::from_raw_parts(ptr, len, len))
+    }
+}
+
+/// Advises the kernel to back the whole pages inside `memory` with huge
+/// pages when it is large. Only a hint: any failure leaves ordinary pages,
+/// which are correct too.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn advise_huge_pages<T>(memory: &[T]) {
+    const PAGE: usize = 4096;
+    let bytes = std::mem::size_of_val(memory);
+    if bytes < HUGE_PAGE_MIN_BYTES {
+        return;
+    }
+    let start = (memory.as_ptr() as usize).next_multiple_of(PAGE);
+    let end = (memory.as_ptr() as usize + bytes) & !(PAGE - 1);
+    if end > start {
+        // SAFETY: [start, end) is page aligned and lies inside the live
+        // allocation behind `memory`. MADV_HUGEPAGE changes no contents and no
+        // mapping, only how future faults in the range are served.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages<T>(_memory: &[T]) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_of_any_size() {
+        for count in [0u64, 1, 7, 1 << 20] {
+            let ids = zeroed_ids(count, "a test").unwrap();
+            assert_eq!(ids.len() as u64, count);
+            assert!(ids.iter().all(|&x| x == 0));
+        }
+    }
+
+    #[test]
+    fn with_capacity_of_any_size() {
+        for count in [0u64, 1, 1 << 20] {
+            let ids = ids_with_capacity(count, "a test").unwrap();
+            assert!(ids.is_empty());
+            assert_eq!(ids.capacity() as u64, count);
+        }
+    }
+
+    #[test]
+    fn too_large_is_an_error() {
+        for err in [
+            zeroed_ids(u64::MAX / 2, "a test").unwrap_err(),
+            ids_with_capacity(u64::MAX / 2, "a test").unwrap_err(),
+        ] {
+            assert!(err.to_string().contains("a test"), "{err}");
+        }
+    }
+}
