@@ -46,6 +46,9 @@ pub struct Cipher {
     hi_shift: u32,
     lo_shift: u32,
     keys: [u64; ROUNDS],
+    /// The keys folded into the mixer's first steps, for halves narrower
+    /// than 31 bits: see [`narrow_key`].
+    narrow_keys: [(u64, u64); ROUNDS],
     /// For `n <= TABLE_MAX`: position -> id and id -> position.
     table: Option<Box<([u8; TABLE_MAX as usize], [u8; TABLE_MAX as usize])>>,
 }
@@ -55,8 +58,30 @@ pub struct Cipher {
 #[inline(always)]
 fn mix(x: u64, key: u64) -> u64 {
     let z = x ^ key;
-    let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB)
+    let z = (z ^ (z >> 30)).wrapping_mul(MIX_MUL1);
+    (z ^ (z >> 27)).wrapping_mul(MIX_MUL2)
+}
+
+/// The multipliers of SplitMix64's mixer.
+const MIX_MUL1: u64 = 0xBF58_476D_1CE4_E5B9;
+const MIX_MUL2: u64 = 0x94D0_49BB_1331_11EB;
+
+/// [`mix`] for `x < 2^30`, with its key folded into `(low, high)` by
+/// [`narrow_key`]: the same value in 17 vector operations instead of 21.
+#[inline(always)]
+fn mix_narrow(x: u64, (low, high): (u64, u64)) -> u64 {
+    let z = high.wrapping_add(((x ^ low) & 0xFFFF_FFFF).wrapping_mul(MIX_MUL1));
+    (z ^ (z >> 27)).wrapping_mul(MIX_MUL2)
+}
+
+/// `key` folded into the first steps of [`mix`] for inputs `x < 2^30`: for such `x`,
+/// `(x ^ k) >> 30 == k >> 30`, so the first xor-shift only touches the key;
+/// and `x ^ k1` is `(k1 & !0xFFFF_FFFF) + ((k1 ^ x) & 0xFFFF_FFFF)`, whose
+/// product is a per-key constant plus a 32-by-64-bit product, which takes two
+/// 32-bit vector multiplies instead of three.
+fn narrow_key(key: u64) -> (u64, u64) {
+    let k1 = key ^ (key >> 30);
+    (k1 & 0xFFFF_FFFF, (k1 & !0xFFFF_FFFF).wrapping_mul(MIX_MUL1))
 }
 
 impl Cipher {
@@ -85,6 +110,7 @@ impl Cipher {
             hi_shift: 64 - hi_bits,
             lo_shift: 64 - lo_bits,
             keys,
+            narrow_keys: keys.map(narrow_key),
             table,
         }
     }
@@ -101,23 +127,33 @@ impl Cipher {
 
     #[inline(always)]
     fn encrypt_once(&self, x: u64) -> u64 {
-        self.encrypt_lanes([x])[0]
+        self.encrypt_lanes([x], |x, r| mix(x, self.keys[r]))[0]
     }
 
-    /// One pass of the network over `L` independent values side by side: the
-    /// lanes share every instruction, so the compiler can keep them in vector
-    /// registers, and their multiplies overlap instead of waiting on each other.
+    /// True when both halves are narrow enough for [`mix_narrow`].
+    fn is_narrow(&self) -> bool {
+        64 - self.hi_shift <= 30
+    }
+
+    /// One pass of the network over `L` independent values side by side, with
+    /// `round(x, r)` the untruncated round function: the lanes share every
+    /// instruction, so the compiler can keep them in vector registers, and
+    /// their multiplies overlap instead of waiting on each other.
     #[inline(always)]
-    fn encrypt_lanes<const L: usize>(&self, x: [u64; L]) -> [u64; L] {
+    fn encrypt_lanes<const L: usize>(
+        &self,
+        x: [u64; L],
+        round: impl Fn(u64, usize) -> u64,
+    ) -> [u64; L] {
         let mut hi: [u64; L] = std::array::from_fn(|i| x[i] >> self.lo_bits);
         let mut lo: [u64; L] = std::array::from_fn(|i| x[i] & ((1 << self.lo_bits) - 1));
         let mut r = 0;
         while r < ROUNDS {
             for i in 0..L {
-                hi[i] ^= mix(lo[i], self.keys[r]) >> self.hi_shift;
+                hi[i] ^= round(lo[i], r) >> self.hi_shift;
             }
             for i in 0..L {
-                lo[i] ^= mix(hi[i], self.keys[r + 1]) >> self.lo_shift;
+                lo[i] ^= round(hi[i], r + 1) >> self.lo_shift;
             }
             r += 2;
         }
@@ -241,15 +277,24 @@ impl Cipher {
     /// Encrypts every value once, `LANES` at a time.
     #[inline(always)]
     fn encrypt_all(&self, values: &mut [i64]) {
+        if self.is_narrow() {
+            self.encrypt_all_with(values, |x, r| mix_narrow(x, self.narrow_keys[r]));
+        } else {
+            self.encrypt_all_with(values, |x, r| mix(x, self.keys[r]));
+        }
+    }
+
+    #[inline(always)]
+    fn encrypt_all_with(&self, values: &mut [i64], round: impl Fn(u64, usize) -> u64 + Copy) {
         let mut groups = values.chunks_exact_mut(LANES);
         for group in &mut groups {
             let x = std::array::from_fn(|l| group[l] as u64);
-            for (v, y) in group.iter_mut().zip(self.encrypt_lanes::<LANES>(x)) {
+            for (v, y) in group.iter_mut().zip(self.encrypt_lanes::<LANES>(x, round)) {
                 *v = y as i64;
             }
         }
         for v in groups.into_remainder() {
-            *v = self.encrypt_once(*v as u64) as i64;
+            *v = self.encrypt_lanes([*v as u64], round)[0] as i64;
         }
     }
 }
@@ -334,6 +379,18 @@ mod tests {
                     c.apply_blocks(&mut portable);
                     assert_eq!(portable, expect, "n = {n}, key = {key:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn narrow_mixer_equals_mixer() {
+        let mut keys = SplitMix64::new(5);
+        for _ in 0..1000 {
+            let key = keys.next_u64();
+            let x_max = (1u64 << 30) - 1;
+            for x in [0, 1, key & x_max, (key >> 17) & x_max, x_max] {
+                assert_eq!(mix_narrow(x, narrow_key(key)), mix(x, key), "{x} {key}");
             }
         }
     }
