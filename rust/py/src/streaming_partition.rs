@@ -6,10 +6,11 @@
 //! `epochplan.compat.streaming` logger.
 
 use crate::args::{int_arg, opt_int_arg, str_arg, MAX_I64};
-use crate::errors::IntoPyResult;
+use crate::errors::{to_py, IntoPyResult};
 use epochplan_core::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
+use epochplan_core::Error;
 use numpy::{IntoPyArray, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyTypeError, PyUserWarning};
 use pyo3::prelude::*;
@@ -81,10 +82,13 @@ fn report(py: Python<'_>, notices: &[Notice]) -> PyResult<()> {
     Ok(())
 }
 
-/// The partition's ids, or MemoryError (as numpy raises for Streaming) when
-/// they do not fit in memory: allocation is the only way filling can fail.
-fn to_memory_error(err: epochplan_core::Error) -> PyErr {
-    PyMemoryError::new_err(err.to_string())
+/// A failure to allocate the partition raises MemoryError, as numpy does for
+/// Streaming; other errors map as everywhere else.
+fn to_memory_error(err: Error) -> PyErr {
+    match err {
+        Error::Overflow(msg) => PyMemoryError::new_err(msg),
+        other => to_py(other),
+    }
 }
 
 /// `ids` as an int64 numpy array of `shape`, without a copy.
