@@ -286,6 +286,26 @@ def test_out_of_range_and_altered_ids(plan_dir: Path) -> None:
         verify_plan(plan_dir)
 
 
+@pytest.mark.parametrize("kind", ["cipher", "uniform"])
+def test_dropped_id_in_place_of_a_kept_one(tmp_path: Path, kind: str) -> None:
+    # 20,000 samples in steps of 3,000: the last 2,000 are dropped. Putting one
+    # of them in place of a kept id keeps every id distinct and the count
+    # right; only the membership check sees it.
+    d = tmp_path / "plan"
+    write_plan(d, 20_000, 3000, 2, epochs=(0,), kind=kind, drop_last=True)
+    order = np.asarray(ep.permutation(20_000, seed=0, epoch=0, kind=kind))
+    dropped = int(order[-1])
+
+    def swap_in(ids: np.ndarray) -> None:
+        ids[5000] = dropped  # past the spot-checked prefix
+
+    _rewrite_ids(d, 0, 0, swap_in)
+    with pytest.raises(
+        PlanError, match=rf"rank-00000\.npy: id {dropped} at index 5000 is not in the epoch's steps"
+    ):
+        verify_plan(d)
+
+
 def test_altered_prefix_differs_from_the_plan(plan_dir: Path) -> None:
     def swap(ids: np.ndarray) -> None:
         ids[[3, 4]] = ids[[4, 3]]

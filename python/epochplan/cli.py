@@ -327,9 +327,11 @@ VERIFY_HELP = """\
 Check a plan directory completely: the manifest, every file's header, size and
 BLAKE3 checksum, equal steps (each rank file holds the plan's share of its
 rank) and exact coverage (every id of [0, N) exactly once per epoch; with
---drop-last, exactly the full steps' ids). Streams through the files with a
-bitmap of N/8 bytes. Exit status 0 when everything holds; otherwise one line
-naming the file and its first violation, exit status 1.
+--drop-last, exactly the full steps' ids, none of the dropped step's).
+Streams through the files with a bitmap of N/8 bytes (kind uniform with a
+dropped step also builds the permutation, about 16 bytes per sample). Exit
+status 0 when everything holds; otherwise one line naming the file and its
+first violation, exit status 1.
 
 examples:
   epochplan verify plan/

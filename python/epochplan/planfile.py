@@ -620,11 +620,14 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     """Checks a plan directory completely, streaming through its files:
     the manifest, every file's header, size and checksum, every file's length
     (the plan's share of its rank, so every rank has the same steps), its first
-    ids against the plan (except kind='uniform'), and exact coverage per
-    epoch (every id in [0, N) at most once, and as many ids as the epoch's
-    steps hold: all N, or the full steps' with drop_last).
+    ids against the plan, and exact coverage per epoch (every id in [0, N) at
+    most once, and exactly the ids of the epoch's steps: all N, or with
+    drop_last those of the full steps).
 
-    Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers.
+    Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers. For
+    kind='uniform' the permutation itself is built only when drop_last drops
+    a short last step (about 16 bytes per sample, as when it was written);
+    otherwise its ids are not compared with the plan, only counted.
 
     Args:
         progress: called as ``progress(bytes_read, bytes_total)``.
@@ -634,10 +637,12 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     """
     d = open_plan(path)
     avail = _available_memory()
-    if avail is not None and d.num_samples // 8 > avail:
+    need, what = d.num_samples // 8, "a bitmap of N/8"
+    if d.kind == "uniform" and d.drop_last and d.num_samples % d.global_batch_size:
+        need, what = need + 16 * d.num_samples, "a bitmap of N/8 and the uniform permutation"
+    if avail is not None and need > avail:
         raise PlanError(
-            f"{d.path}: verifying needs a bitmap of N/8 = {_gb(d.num_samples // 8)} "
-            f"of memory, {_gb(avail)} is available"
+            f"{d.path}: verifying needs {what} = {_gb(need)} of memory, {_gb(avail)} is available"
         )
     files: Sequence[dict[str, Any]] = d.manifest["files"]
     w = d.world_size

@@ -11,12 +11,12 @@ same int64 array, including its ``-1`` padding and repeated samples,
 ``algo``, and the same ``UserWarning`` texts. Streaming's "rounding
 ``drop_first`` down" message is logged at WARNING level on the
 ``epochplan.compat.streaming`` logger. As with Streaming, warnings and log
-messages come out even when the arguments are then rejected.
+messages come out even when other arguments are then rejected.
 
 The one difference: arguments that are not positive integers
 (``drop_first``: not a non-negative integer), on which Streaming fails by
 accident (``ZeroDivisionError``) or slices from the end, raise ``TypeError``
-or ``ValueError`` naming the argument.
+or ``ValueError`` naming the argument, before any warning.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@
 //! the reader accepts 1.0, 2.0 and 3.0.
 
 use crate::error::{Error, Result};
+use crate::parallel;
 use crate::plan::{fill_rank_ids, Plan};
-use crate::{parallel, Kind};
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -569,15 +569,18 @@ impl Bitmap {
 
 /// Verifies all rank files of one epoch of `plan` for `world_size` ranks:
 /// each file's size, header, checksum and length (the plan's rank share),
-/// its first [`SPOT_CHECK_IDS`] ids against the plan (when `spot_check`),
-/// and exact coverage (every id in `[0, N)` at most once, and as many ids as
-/// the plan's steps hold). Returns the first violation, by file, as a
+/// its first [`SPOT_CHECK_IDS`] ids against the plan, and exact coverage
+/// (every id in `[0, N)` at most once, none that the steps leave out, and as
+/// many ids as the steps hold). With `order_known` false, the plan's order
+/// only stands in for its sizes (a uniform table is not built): the ids are
+/// then not compared with the plan, and the steps must leave no position
+/// out. Returns the first violation, by file, as a
 /// `Value` error `"<path>: <what>"`. `progress` gets bytes read so far.
 pub fn verify_rank_files(
     plan: &Plan,
     world_size: u64,
     files: &[ExpectedFile],
-    spot_check: bool,
+    order_known: bool,
     progress: &mut dyn FnMut(u64) -> bool,
 ) -> Result<()> {
     for file in files {
@@ -606,6 +609,14 @@ pub fn verify_rank_files(
     }
     let n = plan.num_samples();
     let bitmap = Bitmap::new(n)?;
+    let left_out = LeftOut::of(plan);
+    if !order_known && !left_out.is_empty() {
+        return Err(Error::Value(
+            "checking which ids the steps leave out needs the epoch's order".to_string(),
+        ));
+    }
+    left_out.mark(plan, &bitmap);
+    let left_out = &left_out;
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let (done, stop, bitmap) = (&done, &stop, &bitmap);
@@ -614,7 +625,14 @@ pub fn verify_rank_files(
             files
                 .par_iter()
                 .with_max_len(1)
-                .map(|file| verify_one(plan, world_size, file, spot_check, bitmap, stop, done))
+                .map(|file| {
+                    let checks = Checks {
+                        plan,
+                        bitmap,
+                        left_out,
+                    };
+                    verify_one(&checks, world_size, file, order_known, stop, done)
+                })
                 .collect()
         });
         results.into_iter().collect::<Result<()>>()?;
@@ -629,19 +647,79 @@ pub fn verify_rank_files(
     })
 }
 
+/// The positions of an epoch that its steps leave out: those before the
+/// plan's cursor and, with `drop_last`, the short last step.
+struct LeftOut([(u64, u64); 2]);
+
+impl LeftOut {
+    fn of(plan: &Plan) -> LeftOut {
+        let end = plan.cursor_at_step(plan.num_steps());
+        LeftOut([(0, plan.cursor()), (end, plan.num_samples())])
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|&(begin, end)| begin >= end)
+    }
+
+    /// Calls `f` with the ids at the left-out positions, a chunk at a time.
+    fn for_each_chunk(&self, plan: &Plan, mut f: impl FnMut(&[i64]) -> bool) {
+        const CHUNK: u64 = 1 << 16;
+        for &(begin, end) in &self.0 {
+            let mut at = begin;
+            while at < end {
+                let len = CHUNK.min(end - at);
+                let mut ids: Vec<i64> = (at as i64..(at + len) as i64).collect();
+                plan.order().map_slice(&mut ids);
+                if !f(&ids) {
+                    return;
+                }
+                at += len;
+            }
+        }
+    }
+
+    /// Sets the bits of the left-out ids, so that one of them in a file
+    /// reads as already seen.
+    fn mark(&self, plan: &Plan, bitmap: &Bitmap) {
+        self.for_each_chunk(plan, |ids| {
+            for &id in ids {
+                bitmap.test_and_set(id as u64);
+            }
+            true
+        });
+    }
+
+    /// Whether `id` is left out (slow: only to word a violation).
+    fn contains(&self, plan: &Plan, id: i64) -> bool {
+        let mut found = false;
+        self.for_each_chunk(plan, |ids| {
+            found = ids.contains(&id);
+            !found
+        });
+        found
+    }
+}
+
+/// What every id of a file is checked against.
+struct Checks<'a> {
+    plan: &'a Plan,
+    /// The ids seen so far in the epoch, and the left-out ones.
+    bitmap: &'a Bitmap,
+    left_out: &'a LeftOut,
+}
+
 fn verify_one(
-    plan: &Plan,
+    checks: &Checks,
     world_size: u64,
     file: &ExpectedFile,
-    spot_check: bool,
-    bitmap: &Bitmap,
+    order_known: bool,
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> Result<()> {
     let (mut f, mut hasher) = open_checked(file)?;
-    let n = plan.num_samples();
+    let plan = checks.plan;
     let mut expected = Vec::new();
-    if spot_check && plan.kind() != Kind::Uniform {
+    if order_known {
         expected = vec![0i64; file.count.min(SPOT_CHECK_IDS as u64) as usize];
         fill_rank_ids(
             plan,
@@ -657,7 +735,7 @@ fn verify_one(
     let mut bad: Option<String> = None;
     stream_ids(file, &mut f, &mut hasher, stop, done, |start, bytes| {
         if bad.is_none() {
-            bad = first_bad_id(start, bytes, &expected, n, bitmap);
+            bad = first_bad_id(start, bytes, &expected, checks);
         }
         Ok(())
     })?;
@@ -669,14 +747,10 @@ fn verify_one(
 }
 
 /// The first id of a chunk (starting at index `start` of its file) that is
-/// not the plan's, outside `[0, n)`, or already seen in the epoch.
-fn first_bad_id(
-    start: u64,
-    bytes: &[u8],
-    expected: &[i64],
-    n: u64,
-    bitmap: &Bitmap,
-) -> Option<String> {
+/// not the plan's, outside `[0, n)`, left out by the steps or already seen
+/// in the epoch.
+fn first_bad_id(start: u64, bytes: &[u8], expected: &[i64], checks: &Checks) -> Option<String> {
+    let n = checks.plan.num_samples();
     for (k, raw) in bytes.chunks_exact(8).enumerate() {
         let mut word = [0u8; 8];
         word.copy_from_slice(raw);
@@ -692,10 +766,12 @@ fn first_bad_id(
         if id < 0 || id as u64 >= n {
             return Some(format!("id {id} at index {at} is outside [0, {n})"));
         }
-        if bitmap.test_and_set(id as u64) {
-            return Some(format!(
-                "id {id} at index {at} appears a second time in the epoch"
-            ));
+        if checks.bitmap.test_and_set(id as u64) {
+            return Some(if checks.left_out.contains(checks.plan, id) {
+                format!("id {id} at index {at} is not in the epoch's steps")
+            } else {
+                format!("id {id} at index {at} appears a second time in the epoch")
+            });
         }
     }
     None
@@ -704,7 +780,7 @@ fn first_bad_id(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Order;
+    use crate::{Kind, Order};
 
     fn plan(n: u64, g: u64, drop_last: bool) -> Plan {
         Plan::new(Order::new(n, 3, 1, Kind::Cipher).unwrap(), g, drop_last, 0).unwrap()

@@ -181,10 +181,20 @@ fn verify_epoch_files(
 ) -> PyResult<()> {
     let w = world_arg(world_size)?;
     let files = expected_files(paths, counts, sizes, checksums, w)?;
+    // A uniform table is built only when the ids left out by a short last
+    // step must be known.
     let uniform = str_arg(&plan.kind, "kind")? == "uniform";
-    let plan = build_plan(py, &plan, !uniform)?;
+    let sizes_only = build_plan(py, &plan, false)?;
+    let leaves_out =
+        sizes_only.drop_last() && sizes_only.num_samples() % sizes_only.global_batch_size() != 0;
+    let order_known = !uniform || leaves_out;
+    let plan = if order_known {
+        build_plan(py, &plan, true)?
+    } else {
+        sizes_only
+    };
     run_detached(py, progress, |report| {
-        planfile::verify_rank_files(&plan, w, &files, !uniform, report)
+        planfile::verify_rank_files(&plan, w, &files, order_known, report)
     })
 }
 
