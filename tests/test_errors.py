@@ -233,3 +233,115 @@ def test_fuzz_public_functions(data: st.DataObject) -> None:
         pass
     finally:
         ep.set_num_threads(0)
+
+
+# Plans, workers and Streaming: integers are small or invalid (never a valid
+# size big enough to allocate much), everything else as above.
+SMALL_OR_BAD = st.one_of(
+    st.integers(-3, 20),
+    st.sampled_from([2**63, 2**64, 2**70, -(2**63) - 1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=8),
+    st.builds(np.int64, st.integers(-3, 20)),
+    st.builds(np.float32, st.floats(-1e6, 1e6, width=32)),
+    st.sampled_from([np.True_, np.nan]),
+    ARRAYS,
+)
+# Mostly valid small integers (four in five), so that calls get past their
+# first check.
+ARG = st.integers(0, 4).flatmap(lambda k: st.integers(0, 12) if k else SMALL_OR_BAD)
+KINDS = st.sampled_from(["cipher", "uniform", "chunked", "identity"])
+# Shard sizes: small, or invalid (never a valid total big enough to build).
+SHARD_SIZES = st.one_of(
+    st.lists(st.integers(0, 50), max_size=6),
+    st.lists(st.integers(0, 50), max_size=6).map(np.array),
+    st.lists(ARG, max_size=4),
+    st.lists(st.integers(-50, -1), min_size=1, max_size=3),
+    st.lists(st.integers(2**63, 2**64 - 1), min_size=1, max_size=3).map(
+        lambda v: np.array(v, dtype=np.uint64)
+    ),
+    st.lists(st.floats(), max_size=3).map(np.array),
+    st.just(np.zeros((2, 2), np.int64)),
+    st.sampled_from([[2**62, 2**62], [2**63 - 1, 1]]),
+    SCALARS,
+)
+PLAN_KEYS = ["seed", "epoch", "kind", "drop_last", "cursor", "chunk_size", "preload_nchunks"]
+PLAN_METHODS = {
+    "at_step": 1,
+    "micro_batches": 1,
+    "num_micro_batches": 1,
+    "rank_indices": 2,
+    "rank_size": 2,
+    "rank_step_offset": 3,
+    "split_step": 3,
+    "step_indices": 3,
+    "step_micro_batches": 4,
+    "step_size": 1,
+    "total_micro_batches": 2,
+    "from_state_dict": 1,
+}
+
+
+@settings(
+    max_examples=1500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(data=st.data())
+def test_fuzz_plans_workers_and_streaming(data: st.DataObject) -> None:
+    from epochplan.compat import streaming
+
+    target = data.draw(
+        st.sampled_from(["EpochPlan", "worker_shard", "partitions", "part", "shuffle"])
+    )
+    draw_args = lambda k: data.draw(st.lists(ARG, min_size=k, max_size=k))  # noqa: E731
+    try:
+        if target == "EpochPlan":
+            extra = data.draw(st.dictionaries(st.sampled_from(PLAN_KEYS), st.one_of(ARG, KINDS)))
+            plan = ep.EpochPlan(*draw_args(2), **extra)
+            name = data.draw(st.sampled_from(sorted(PLAN_METHODS)))
+            args = draw_args(PLAN_METHODS[name])
+            if name == "from_state_dict":
+                state = plan.state_dict()
+                key = data.draw(st.sampled_from(sorted(state)))
+                ep.EpochPlan.from_state_dict({**state, key: args[0]})
+            else:
+                result = getattr(plan, name)(*args)
+                if name == "micro_batches":
+                    list(result)
+        elif target == "worker_shard":
+            list(ep.worker_shard(range(30), *draw_args(2)))
+        elif target in ("partitions", "part"):
+            algo = data.draw(st.sampled_from(["orig", "relaxed", "other"]))
+            args = draw_args(7)
+            if target == "partitions":
+                streaming.get_partitions(
+                    algo, *args, initial_physical_nodes=data.draw(st.one_of(st.none(), ARG))
+                )
+            else:
+                streaming.get_partition_part(algo, *args, node=data.draw(ARG), rank=data.draw(ARG))
+        else:
+            algo = data.draw(st.sampled_from(["naive", "py1s", "py2s", "py1br", "py1e", "x"]))
+            sizes = data.draw(SHARD_SIZES)
+            streaming.get_shuffle(algo, sizes, *draw_args(4))
+    except (*ALLOWED, KeyError):
+        pass  # KeyError: Streaming's own for an unknown algo
+
+
+def test_partition_size_overflow_is_an_error() -> None:
+    import warnings
+
+    from epochplan.compat import streaming
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(OverflowError, match="partition's size"):
+            streaming.get_partition_part("orig", 10, 2**62, 2**62, 2**62, 16, 1, node=0, rank=0)
+        with pytest.raises(OverflowError, match="partition's size"):
+            streaming.get_partitions("orig", 10, 1, 1, 2**62, 2**62, 2**62)
+
+
+def test_numpy_integers_for_workers() -> None:
+    assert list(ep.worker_shard(range(7), np.int64(1), np.int64(3))) == [1, 4]

@@ -563,3 +563,24 @@ def test_plan_sampler_pickles_without_its_memory_map(tmp_path: Path) -> None:
     blob = pickle.dumps(s)
     assert len(blob) < 4096
     assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in s]
+
+
+def test_unwritable_output_is_a_plan_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker / "plan", tmp_path / ("x" * 300)):
+        with pytest.raises(PlanError, match="cannot write there"):
+            write_plan(out, 100, 8, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_huge_plan_is_refused_for_disk(tmp_path: Path) -> None:
+    assert _native.npy_file_size(2**61) == 2**64 + 128
+    with pytest.raises(PlanError, match="of disk"):
+        write_plan(tmp_path / "big", 2**62, 8, 1)
+
+
+def test_deeply_nested_manifest(plan_dir: Path) -> None:
+    (plan_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PlanError, match="cannot read the manifest"):
+        open_plan(plan_dir)

@@ -603,3 +603,17 @@ def test_reprs() -> None:
         "DistributedSampler(num_samples=5"
     )
     assert "kind='chunked'" in repr(et.ChunkSampler(9, 3, 1, 3, num_replicas=1, rank=0))
+
+
+def test_numpy_and_tensor_epochs() -> None:
+    ref = et.DistributedSampler(range(10), 3, 1)
+    ref.set_epoch(3)
+    for epoch in (np.int64(3), np.uint64(3), np.array(3), torch.tensor(3)):
+        s = et.DistributedSampler(range(10), 3, 1)
+        s.set_epoch(epoch)
+        assert list(s) == list(ref) and type(s.epoch) is int
+        s.load_state_dict({"epoch": epoch, "seed": np.int64(0), "yielded": 0})
+        assert list(s) == list(ref)
+    b = et.ElasticBatchSampler(100, 10, 5, num_replicas=2, rank=0)
+    b.set_epoch(np.array(2))
+    assert type(b.epoch) is int and b.epoch == 2

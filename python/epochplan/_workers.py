@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -40,8 +41,9 @@ def worker_shard(
     if worker_id is None or num_workers is None:
         raise ValueError("worker_id and num_workers must be given together")
     for name, value in (("worker_id", worker_id), ("num_workers", num_workers)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    worker_id, num_workers = operator.index(worker_id), operator.index(num_workers)
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     if not 0 <= worker_id < num_workers:

@@ -155,7 +155,7 @@ def _is_replaceable(path: Path) -> bool:
         return True
     try:
         manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == PLAN_FILE_FORMAT
 
@@ -173,6 +173,41 @@ def _available_memory() -> int | None:
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
+
+
+def _prepare_output(
+    out: Path, force: bool, params: dict[str, Any], world_size: int, num_epochs: int
+) -> tuple[EpochPlan, list[int], int, Path]:
+    """Checks that ``out`` may be written, the disk and, for kind='uniform',
+    the memory. Returns a plan of the same sizes, each rank's id count, the
+    bytes of all files and a fresh partial directory."""
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
+        if not _is_replaceable(out):
+            raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(out)
+
+    sizes = _sizes_plan(params)
+    counts = [sizes.rank_size(r, world_size) for r in range(world_size)]
+    total_bytes = sum(_native.npy_file_size(c) for c in counts) * num_epochs
+    free = shutil.disk_usage(out.parent).free
+    if total_bytes > free:
+        raise PlanError(
+            f"{out}: the plan needs {_gb(total_bytes)} of disk, "
+            f"only {_gb(free)} is free on {out.parent.resolve()}"
+        )
+    if params["kind"] == "uniform":
+        need, avail = 16 * params["num_samples"], _available_memory()
+        if avail is not None and need > avail:
+            raise PlanError(
+                f"kind='uniform' holds the whole permutation in memory: about "
+                f"{_gb(need)} needed, {_gb(avail)} available (use kind='cipher')"
+            )
+    tmp = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    return sizes, counts, total_bytes, tmp
 
 
 def write_plan(
@@ -246,35 +281,13 @@ def write_plan(
     )
 
     out = Path(out)
-    if out.exists() or out.is_symlink():
-        if not force:
-            raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
-        if not _is_replaceable(out):
-            raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
-
-    sizes = _sizes_plan(params)
-    counts = [sizes.rank_size(r, world_size) for r in range(world_size)]
-    file_bytes = [_native.npy_file_size(c) for c in counts]
-    total_bytes = sum(file_bytes) * len(epoch_list)
-    free = shutil.disk_usage(out.parent).free
-    if total_bytes > free:
-        raise PlanError(
-            f"{out}: the plan needs {_gb(total_bytes)} of disk, "
-            f"only {_gb(free)} is free on {out.parent.resolve()}"
+    try:
+        sizes, counts, total_bytes, tmp = _prepare_output(
+            out, force, params, world_size, len(epoch_list)
         )
-    if kind == "uniform":
-        need, avail = 16 * num_samples, _available_memory()
-        if avail is not None and need > avail:
-            raise PlanError(
-                f"kind='uniform' holds the whole permutation in memory: about "
-                f"{_gb(need)} needed, {_gb(avail)} available (use kind='cipher')"
-            )
-
+    except OSError as e:
+        raise PlanError(f"{out}: cannot write there: {e.strerror or e}") from None
     total = sum(counts) * len(epoch_list)
-    tmp = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
     try:
         files: list[dict[str, Any]] = []
         for i, epoch in enumerate(epoch_list):
@@ -526,7 +539,7 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
         raise PlanError(
             f"{mpath}: missing (not a plan directory, or an unfinished write)"
         ) from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise PlanError(f"{mpath}: cannot read the manifest: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != PLAN_FILE_FORMAT:
         raise PlanError(f"{mpath}: not an epochplan plan manifest")

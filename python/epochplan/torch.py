@@ -233,7 +233,7 @@ class _StridedSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch: a different ``(seed, epoch)`` gives an unrelated order."""
         _seed_arg(epoch, "epoch")
-        self.epoch = epoch
+        self.epoch = operator.index(epoch)
 
     def _order(self) -> Permutation:
         if not self.shuffle:
@@ -296,8 +296,10 @@ class _StridedSampler(Sampler[int]):
             raise ValueError(
                 f"state_dict['yielded'] must be in [0, {self.num_samples}], got {yielded}"
             )
-        self.seed = state_dict["seed"]
-        self._key = _seed_arg(self.seed, "state_dict['seed']")
+        key = _seed_arg(state_dict["seed"], "state_dict['seed']")
+        _seed_arg(state_dict["epoch"], "state_dict['epoch']")
+        self.seed = operator.index(state_dict["seed"])
+        self._key = key
         self.set_epoch(state_dict["epoch"])
         self._resume = yielded
 
@@ -711,7 +713,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     def set_epoch(self, epoch: int) -> None:
         """Starts ``epoch`` at step 0 (a no-op if it is the current epoch)."""
-        _int_arg(epoch, "epoch")
+        epoch = _int_arg(epoch, "epoch")
         if epoch != self.epoch:
             self._plan = self._build_plan(epoch)
             self.epoch = epoch
@@ -749,9 +751,15 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
                 f"state_dict['drop_last'] is {saved.drop_last} but this sampler has "
                 f"drop_last={mine.drop_last}"
             )
-        self.seed = saved.seed
+        # The plan is built under the saved seed; nothing changes if that fails.
+        seed, self.seed = self.seed, saved.seed
+        try:
+            plan = self._build_plan(saved.epoch)
+        except BaseException:
+            self.seed = seed
+            raise
         self.epoch = saved.epoch
-        self._plan = self._build_plan(saved.epoch)
+        self._plan = plan
         self._resume = self._next_step = saved.start_step
 
     @staticmethod

@@ -31,6 +31,19 @@ pub fn ids_with_capacity(count: u64, what: &str) -> Result<Vec<i64>> {
     Ok(ids)
 }
 
+/// An empty vector with room for `count` items of any type, or an error
+/// naming `what` when the machine cannot hold it (instead of an aborted
+/// process).
+pub fn vec_with_capacity<T>(count: usize, what: &str) -> Result<Vec<T>> {
+    let mut items = Vec::new();
+    items.try_reserve_exact(count).map_err(|_| {
+        Error::Overflow(format!(
+            "cannot allocate {count} items for {what}: not enough memory"
+        ))
+    })?;
+    Ok(items)
+}
+
 fn too_large(count: u64, what: &str) -> Error {
     Error::Overflow(format!(
         "cannot allocate {count} int64 values for {what}: not enough memory"
@@ -115,6 +128,7 @@ mod tests {
         for err in [
             zeroed_ids(u64::MAX / 2, "a test").unwrap_err(),
             ids_with_capacity(u64::MAX / 2, "a test").unwrap_err(),
+            vec_with_capacity::<(u64, u64)>(usize::MAX / 4, "a test").unwrap_err(),
         ] {
             assert!(err.to_string().contains("a test"), "{err}");
         }

@@ -16,7 +16,7 @@
 //! A plan can start at a step boundary (`cursor`, in samples): the state to
 //! resume is `(format, N, seed, epoch, kind, G, cursor)`, independent of `W`.
 
-use crate::buffer::zeroed_ids;
+use crate::buffer::{vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::order::{Kind, Order};
 use crate::parallel;
@@ -337,19 +337,20 @@ impl Plan {
                 .get(step * self.global_batch_size + rank % share.step_len)?
                 as i64,
         };
-        Ok((0..share.micro_batches)
-            .map(|m| {
-                let (a, b) = share.micro_batch_range(m);
-                if a == b {
-                    (vec![filler], vec![0.0])
-                } else {
-                    (
-                        ids[a as usize..b as usize].to_vec(),
-                        vec![weight; (b - a) as usize],
-                    )
-                }
-            })
-            .collect())
+        let count = usize::try_from(share.micro_batches).unwrap_or(usize::MAX);
+        let mut batches = vec_with_capacity(count, "the step's micro-batches")?;
+        batches.extend((0..share.micro_batches).map(|m| {
+            let (a, b) = share.micro_batch_range(m);
+            if a == b {
+                (vec![filler], vec![0.0])
+            } else {
+                (
+                    ids[a as usize..b as usize].to_vec(),
+                    vec![weight; (b - a) as usize],
+                )
+            }
+        }));
+        Ok(batches)
     }
 
     /// Where step `step` starts inside rank `rank`'s share of the whole epoch

@@ -55,9 +55,10 @@ pub fn npy_header(count: u64) -> Vec<u8> {
     header
 }
 
-/// The file size of a plan file of `count` ids, header included.
-pub fn npy_file_size(count: u64) -> u64 {
-    npy_header(count).len() as u64 + count * 8
+/// The file size of a plan file of `count` ids, header included (in 128
+/// bits: for the largest counts it exceeds any file system's limit).
+pub fn npy_file_size(count: u64) -> u128 {
+    npy_header(count).len() as u128 + u128::from(count) * 8
 }
 
 /// What a `.npy` header says.
@@ -595,7 +596,7 @@ pub fn verify_rank_files(
                 ),
             ));
         }
-        if file.bytes != npy_file_size(file.count) {
+        if u128::from(file.bytes) != npy_file_size(file.count) {
             return Err(violation(
                 &file.path,
                 format!(

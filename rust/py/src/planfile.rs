@@ -230,7 +230,7 @@ fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
 
 /// The size of a plan file of `count` ids, header included.
 #[pyfunction]
-fn npy_file_size(count: &Bound<'_, PyAny>) -> PyResult<u64> {
+fn npy_file_size(count: &Bound<'_, PyAny>) -> PyResult<u128> {
     let count = int_arg(count, "count", 0, MAX_I64)?;
     Ok(planfile::npy_file_size(count))
 }

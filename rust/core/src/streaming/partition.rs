@@ -353,6 +353,19 @@ fn overflow(what: &str, value: u128) -> Error {
     ))
 }
 
+/// The product of `factors`, an overflow error naming it as `what` when it
+/// does not fit in 128 bits.
+fn product(what: &str, factors: &[u64]) -> Result<u128> {
+    factors
+        .iter()
+        .try_fold(1u128, |acc, &f| acc.checked_mul(u128::from(f)))
+        .ok_or_else(|| {
+            Error::Overflow(format!(
+                "{what} is more than 2**128; the partition cannot be represented"
+            ))
+        })
+}
+
 fn fits(what: &str, value: u128) -> Result<u64> {
     if value > MAX {
         return Err(overflow(what, value));
@@ -450,16 +463,13 @@ impl Layout {
         }
         let rank_len = (node_width + extra) / ranks;
         let per_batch_round = u128::from(workers) * u128::from(batch);
-        let batches = u128::from(rank_len).div_ceil(per_batch_round);
-        let size = u128::from(p) * u128::from(ranks) * per_batch_round * batches;
-        fits(
-            &format!(
-                "the partition's size ({nodes_name} * ranks_per_node * workers_per_rank * \
-                 batches per worker * batch_size = {p} * {ranks} * {workers} * {batches} * \
-                 {batch})"
-            ),
-            size,
-        )?;
+        // At most rank_len, which is below 2^64.
+        let batches = u128::from(rank_len).div_ceil(per_batch_round) as u64;
+        let what = format!(
+            "the partition's size ({nodes_name} * ranks_per_node * workers_per_rank * \
+             batches per worker * batch_size = {p} * {ranks} * {workers} * {batches} * {batch})"
+        );
+        fits(&what, product(&what, &[p, ranks, workers, batch, batches])?)?;
         let mut layout = Layout {
             canonical,
             nodes: p,
@@ -471,7 +481,7 @@ impl Layout {
             extra,
             extra_wraps,
             rank_len,
-            batches: batches as u64,
+            batches,
             unit: Walk {
                 ds: 1,
                 stride: (0, 0),
@@ -690,7 +700,6 @@ impl Partition {
     fn build(algo: Algo, args: &PartitionArgs, notices: &mut Vec<Notice>) -> Result<Partition> {
         check_drop_first(args)?;
         let a = *args;
-        let world = u128::from(a.num_physical_nodes) * u128::from(a.ranks_per_node);
         let (p, r, b) = (a.num_physical_nodes, a.ranks_per_node, a.batch_size);
         let c = a.num_canonical_nodes;
         let compatible = c != 0 && if p <= c { c % p == 0 } else { p % c == 0 };
@@ -723,7 +732,10 @@ impl Partition {
                 "initial_physical_nodes must be None or >= 1, got 0".to_string(),
             ));
         }
-        let global = world * u128::from(b);
+        let global = product(
+            "num_physical_nodes * ranks_per_node * batch_size",
+            &[p, r, b],
+        )?;
         let initial_world = u128::from(initial) * u128::from(r);
         if global % initial_world != 0 {
             return Err(Error::Value(format!(

@@ -40,7 +40,7 @@
 //!   buckets written out as soon as no later position can reach them.
 
 use super::numpy_rng::Generator;
-use crate::buffer::{ids_with_capacity, zeroed_ids};
+use crate::buffer::{ids_with_capacity, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::parallel;
 
@@ -112,6 +112,9 @@ pub struct Shuffled {
 
 /// A half-open range of sample ids (or of positions).
 type Span = (i64, i64);
+
+/// Pieces of spans, and per part (canonical node) the range of its pieces.
+type Divided = (Vec<Span>, Vec<(usize, usize)>);
 
 /// `get_shuffle(algo, shard_sizes, num_canonical_nodes, seed, epoch,
 /// block_size)`. `num_canonical_nodes` is ignored by `naive` and
@@ -190,16 +193,15 @@ fn alloc_ids(n: u64) -> Result<Vec<i64>> {
 }
 
 /// Each shard's span of sample ids, in shard order.
-fn shard_spans(shard_sizes: &[i64]) -> Vec<Span> {
+fn shard_spans(shard_sizes: &[i64]) -> Result<Vec<Span>> {
+    let mut spans = vec_with_capacity(shard_sizes.len(), "the shard spans")?;
     let mut begin = 0i64;
-    shard_sizes
-        .iter()
-        .map(|&size| {
-            let span = (begin, begin + size);
-            begin += size;
-            span
-        })
-        .collect()
+    spans.extend(shard_sizes.iter().map(|&size| {
+        let span = (begin, begin + size);
+        begin += size;
+        span
+    }));
+    Ok(spans)
 }
 
 /// Cuts the spans, in order, into `num_parts` runs of `num_samples *
@@ -207,13 +209,9 @@ fn shard_spans(shard_sizes: &[i64]) -> Vec<Span> {
 /// boundary (its head ends one part, its tail starts the next). Returns the
 /// pieces and, per part, the range of its pieces. Empty spans stay with the
 /// part being filled.
-fn divide_spans(
-    mut spans: Vec<Span>,
-    num_samples: u64,
-    num_parts: u64,
-) -> (Vec<Span>, Vec<(usize, usize)>) {
-    let mut pieces = Vec::with_capacity(spans.len() + num_parts as usize);
-    let mut parts = Vec::with_capacity(num_parts as usize);
+fn divide_spans(mut spans: Vec<Span>, num_samples: u64, num_parts: u64) -> Result<Divided> {
+    let mut pieces = vec_with_capacity(spans.len() + num_parts as usize, "the shard pieces")?;
+    let mut parts = vec_with_capacity(num_parts as usize, "the canonical nodes")?;
     let mut next = 0usize;
     let mut so_far: u128 = 0;
     for part in 0..u128::from(num_parts) {
@@ -237,7 +235,7 @@ fn divide_spans(
         }
         parts.push((first, pieces.len()));
     }
-    (pieces, parts)
+    Ok((pieces, parts))
 }
 
 /// The common start of `py1s`, `py1br` and `py1e`: shard spans shuffled by
@@ -250,15 +248,15 @@ fn node_spans(
     ncn: u64,
     run_seed: u128,
     epoch_seed: u128,
-) -> (Vec<Span>, Vec<(usize, usize)>, Generator) {
-    let mut spans = shard_spans(shard_sizes);
+) -> Result<(Divided, Generator)> {
+    let mut spans = shard_spans(shard_sizes)?;
     Generator::new(run_seed).shuffle(&mut spans);
-    let (mut spans, parts) = divide_spans(spans, num_samples, ncn);
+    let (mut spans, parts) = divide_spans(spans, num_samples, ncn)?;
     let mut rng = Generator::new(epoch_seed);
     for &(first, last) in &parts {
         rng.shuffle(&mut spans[first..last]);
     }
-    (spans, parts, rng)
+    Ok(((spans, parts), rng))
 }
 
 fn py2s(
@@ -270,11 +268,11 @@ fn py2s(
 ) -> Result<Vec<i64>> {
     // Run order: shards shuffled, then each shard's samples, laid out in one
     // buffer in the shuffled shard order.
-    let mut shards = shard_spans(shard_sizes);
+    let mut shards = shard_spans(shard_sizes)?;
     let mut fixed = Generator::new(run_seed);
     fixed.shuffle(&mut shards);
     let mut buf = alloc_ids(num_samples)?;
-    let mut ranges = Vec::with_capacity(shards.len());
+    let mut ranges = vec_with_capacity(shards.len(), "the shard ranges")?;
     for &(begin, end) in &shards {
         let at = buf.len();
         buf.extend(begin..end);
@@ -283,7 +281,7 @@ fn py2s(
     }
     // Epoch order: the buffer ranges cut into nodes, each node's pieces
     // shuffled and each piece's samples shuffled in place.
-    let (mut pieces, parts) = divide_spans(ranges, num_samples, ncn);
+    let (mut pieces, parts) = divide_spans(ranges, num_samples, ncn)?;
     let mut rng = Generator::new(epoch_seed);
     for &(first, last) in &parts {
         rng.shuffle(&mut pieces[first..last]);
@@ -324,7 +322,8 @@ fn py1br(
     epoch_seed: u128,
     block_size: u64,
 ) -> Result<Vec<i64>> {
-    let (spans, parts, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let ((spans, parts), mut rng) =
+        node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?;
     let low = scaled_block(0.75, block_size);
     let high = scaled_block(1.25, block_size);
     if low < 1 || low - 1 > i128::from(i64::MAX) {
@@ -389,7 +388,7 @@ fn py1s(
     run_seed: u128,
     epoch_seed: u128,
 ) -> Result<Vec<i64>> {
-    let (spans, _, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let ((spans, _), mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?;
     let mut ids = zeroed_ids(num_samples, "the shuffled sample ids")?;
     if !go_parallel(num_samples) {
         fill_shuffled(&mut rng, &spans, &mut ids);
@@ -514,7 +513,8 @@ fn py1e(
     block_size: u64,
     block_smaller_than_shard: &mut bool,
 ) -> Result<Vec<i64>> {
-    let (spans, parts, mut rng) = node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed);
+    let ((spans, parts), mut rng) =
+        node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?;
     let node_len = |&(first, last): &(usize, usize)| -> i64 {
         spans[first..last].iter().map(|&(b, e)| e - b).sum()
     };
@@ -784,7 +784,7 @@ mod tests {
 
     #[test]
     fn divide_spans_splits_at_part_boundaries() {
-        let (pieces, parts) = divide_spans(vec![(0, 5), (5, 5), (5, 12)], 12, 3);
+        let (pieces, parts) = divide_spans(vec![(0, 5), (5, 5), (5, 12)], 12, 3).unwrap();
         assert_eq!(pieces, [(0, 4), (4, 5), (5, 5), (5, 8), (8, 12)]);
         assert_eq!(parts, [(0, 1), (1, 4), (4, 5)]);
     }
