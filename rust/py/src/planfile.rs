@@ -1,7 +1,7 @@
 //! Plan files: writing, verifying and checking rank `.npy` files, with the
 //! GIL released and a progress callback that holds it only while it runs.
 
-use crate::args::{int_arg, str_arg, MAX_I64, MAX_U64};
+use crate::args::{int_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::kind_arg;
 use epochplan_core::plan::Plan;
@@ -183,16 +183,9 @@ fn verify_epoch_files(
     let files = expected_files(paths, counts, sizes, checksums, w)?;
     // A uniform table is built only when the ids left out by a short last
     // step must be known.
-    let uniform = str_arg(&plan.kind, "kind")? == "uniform";
-    let sizes_only = build_plan(py, &plan, false)?;
-    let leaves_out =
-        sizes_only.drop_last() && sizes_only.num_samples() % sizes_only.global_batch_size() != 0;
-    let order_known = !uniform || leaves_out;
-    let plan = if order_known {
-        build_plan(py, &plan, true)?
-    } else {
-        sizes_only
-    };
+    let (n, g, _, _, kind, drop_last) = parse_plan(&plan)?;
+    let order_known = kind != Kind::Uniform || (drop_last && n % g != 0);
+    let plan = build_plan(py, &plan, order_known)?;
     run_detached(py, progress, |report| {
         planfile::verify_rank_files(&plan, w, &files, order_known, report)
     })
