@@ -10,8 +10,10 @@
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //!
 //! The only `unsafe` is the call into the AVX2 build of the cipher's batch
-//! evaluator after the CPU was seen to support it (`cipher.rs`), and the
-//! allocation of large zeroed outputs with a huge-page hint (`buffer.rs`).
+//! evaluator after the CPU was seen to support it (`cipher.rs`), its
+//! unaligned vector loads and stores of four values inside bounds-checked
+//! slices (`cipher/avx2.rs`), and the allocation of large zeroed outputs with
+//! a huge-page hint (`buffer.rs`).
 #![deny(unsafe_code)]
 
 pub mod buffer;
