@@ -204,10 +204,8 @@ impl Cipher {
 
     /// Replaces every position in `values` (each in `[0, n)`) by its id.
     ///
-    /// Branch-free in the common case: one vectorised pass encrypts a block,
-    /// `LANES` positions at a time, then only the values that left `[0, n)`
-    /// are walked again, as a compacted list, so the unpredictable walk never
-    /// costs a mispredicted branch per element.
+    /// One vectorised pass encrypts a block of positions, then only the
+    /// values that left `[0, n)` are walked again, as a [`Walk`].
     pub fn apply_in_place(&self, values: &mut [i64]) {
         if let Some(t) = &self.table {
             values
@@ -326,9 +324,10 @@ impl Cipher {
 }
 
 /// The values of one block still outside `[0, n)` during the batch walk,
-/// with their indices in the block: the walk re-encrypts only these (about a
-/// quarter of a block, then a quarter of that, ...), as a compacted list, so
-/// the unpredictable walk never costs a mispredicted branch per element.
+/// with their indices in the block: the walk re-encrypts only these (a
+/// quarter of a block at n = 10^8, under half for any n, then the same share
+/// of those, ...), as a compacted list, so the unpredictable walk never costs
+/// a mispredicted branch per element.
 #[derive(Debug)]
 struct Walk {
     values: Vec<i64>,
@@ -339,7 +338,7 @@ struct Walk {
 
 impl Walk {
     /// A walk for blocks of up to `len` values, with room to round the list
-    /// up to whole groups of lanes (and for 4-lane stores past its end).
+    /// up to whole groups of lanes.
     fn new(len: usize) -> Self {
         Self {
             values: vec![0; len + LANES],
@@ -476,6 +475,81 @@ mod tests {
                     c.apply_blocks_portable(&mut portable);
                     assert_eq!(portable, expect, "n = {n}, key = {key:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn short_and_odd_lengths_equal_scalar() {
+        // Walks sized to inputs shorter than a block, blocks with a partial
+        // group of lanes, and both sides of the narrow/wide boundary.
+        let lens = (0..=70).chain([BLOCK - 1, BLOCK + 1, 2 * BLOCK + 1]);
+        let lens: Vec<usize> = lens.collect();
+        for n in [
+            65,
+            129,
+            (1 << 20) + 1,
+            (1 << 40) + 1,
+            1 << 60,
+            (1 << 60) + 1,
+        ] {
+            let c = Cipher::new(n, [1, 2]);
+            for &len in &lens {
+                let positions: Vec<i64> = (0..len as u64)
+                    .map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) % n) as i64)
+                    .collect();
+                let expect: Vec<i64> = positions
+                    .iter()
+                    .map(|&p| c.apply(p as u64) as i64)
+                    .collect();
+                let mut dispatched = positions.clone();
+                c.apply_in_place(&mut dispatched);
+                assert_eq!(dispatched, expect, "n = {n}, len = {len}");
+                let mut portable = positions;
+                c.apply_blocks_portable(&mut portable);
+                assert_eq!(portable, expect, "n = {n}, len = {len}");
+            }
+        }
+    }
+
+    /// The AVX2 gather and keep against the portable ones, for every length
+    /// up to 70 and a block, with none to all of the values outside.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(unsafe_code)]
+    fn avx2_walk_equals_portable() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let n = 1000;
+        let mut rng = SplitMix64::new(7);
+        for len in (0..=70).chain([BLOCK - 1, BLOCK]) {
+            for quarters_outside in 0..=4 {
+                let values: Vec<i64> = (0..len)
+                    .map(|_| match rng.next_u64() % 4 < quarters_outside {
+                        true => n + (rng.next_u64() % 1000) as i64,
+                        false => (rng.next_u64() % n as u64) as i64,
+                    })
+                    .collect();
+                let (mut vector, mut portable) = (Walk::new(len), Walk::new(len));
+                // SAFETY: AVX2 was detected above.
+                unsafe { avx2::gather_outside(&mut vector, &values, n) };
+                portable.gather_outside(&values, n);
+                let taken = |w: &Walk| (w.values[..w.count].to_vec(), w.index[..w.count].to_vec());
+                assert_eq!(taken(&vector), taken(&portable), "gather, len = {len}");
+                // Keep from a walk of every value, with indices as tags.
+                for walk in [&mut vector, &mut portable] {
+                    walk.values[..len].copy_from_slice(&values);
+                    walk.index[..len]
+                        .iter_mut()
+                        .zip(0..)
+                        .for_each(|(i, t)| *i = t);
+                    walk.count = len;
+                }
+                // SAFETY: as above.
+                unsafe { avx2::keep_outside(&mut vector, n) };
+                portable.keep_outside(n);
+                assert_eq!(taken(&vector), taken(&portable), "keep, len = {len}");
             }
         }
     }

@@ -11,8 +11,8 @@
 //!
 //! The only `unsafe` is the call into the AVX2 build of the cipher's batch
 //! evaluator after the CPU was seen to support it (`cipher.rs`), its
-//! unaligned vector loads and stores of four values inside bounds-checked
-//! slices (`cipher/avx2.rs`), and the allocation of large zeroed outputs with
+//! unaligned 32-byte vector loads and stores from bounds-checked slices and
+//! arrays (`cipher/avx2.rs`), and the allocation of large zeroed outputs with
 //! a huge-page hint (`buffer.rs`).
 #![deny(unsafe_code)]
 

@@ -69,7 +69,7 @@ impl Plan {
         };
         let end = plan.num_steps() * global_batch_size;
         let end = end.min(plan.num_samples());
-        if cursor > end || (cursor % global_batch_size != 0 && cursor != end) {
+        if cursor > end || (!cursor.is_multiple_of(global_batch_size) && cursor != end) {
             return Err(Error::Value(format!(
                 "cursor must be a multiple of global_batch_size ({global_batch_size}) in [0, {end}] \
                  or the end of the epoch ({end}), got {cursor}"

@@ -58,7 +58,8 @@ struct Multipliers {
 macro_rules! round {
     ($x:expr, $key:expr, $m:expr, $shift:expr) => {{
         let (key, m): (RoundKey, Multipliers) = ($key, $m);
-        // z = high + (x ^ low) * MIX_MUL1, with x ^ low below 2^32.
+        // z = high + (x ^ low) * MIX_MUL1, with (x ^ low) cut to its low 32
+        // bits as in `mix_narrow`: `vpmuludq` reads only those.
         let t = _mm256_xor_si256($x, key.low);
         let product = _mm256_add_epi64(
             _mm256_mul_epu32(t, m.m1_low),
@@ -98,7 +99,7 @@ macro_rules! each_group {
 /// and the cipher narrow (both checked by the caller).
 #[target_feature(enable = "avx2")]
 pub(super) fn encrypt_narrow(cipher: &Cipher, values: &mut [i64]) {
-    debug_assert!(cipher.is_narrow() && values.len() % WIDTH == 0);
+    debug_assert!(cipher.is_narrow() && values.len().is_multiple_of(WIDTH));
     let keys: [RoundKey; ROUNDS] = std::array::from_fn(|r| {
         let (low, high) = narrow_key(cipher.keys[r]);
         RoundKey {

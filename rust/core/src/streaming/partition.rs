@@ -403,7 +403,7 @@ impl Layout {
             )));
         }
         let mut drop = drop_first;
-        if drop % p != 0 {
+        if !drop.is_multiple_of(p) {
             notices.push(Notice::Log(
                 "`drop_first` was not divisible by `num_physical_nodes`. Rounding it down to \
                  make it divisible."
@@ -702,7 +702,12 @@ impl Partition {
         let a = *args;
         let (p, r, b) = (a.num_physical_nodes, a.ranks_per_node, a.batch_size);
         let c = a.num_canonical_nodes;
-        let compatible = c != 0 && if p <= c { c % p == 0 } else { p % c == 0 };
+        let compatible = c != 0
+            && if p <= c {
+                c.is_multiple_of(p)
+            } else {
+                p.is_multiple_of(c)
+            };
         let initial = match (algo, a.initial_physical_nodes) {
             (Algo::Relaxed, Some(i)) if !compatible => Some(i),
             _ => None,
