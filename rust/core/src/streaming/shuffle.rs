@@ -43,6 +43,7 @@ use super::numpy_rng::Generator;
 use crate::buffer::{ids_with_capacity, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::parallel;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The largest number of canonical nodes accepted.
 pub const MAX_CANONICAL_NODES: u64 = 1 << 20;
@@ -361,7 +362,7 @@ fn py1br(
 }
 
 /// Samples per parallel piece of `py1s`.
-const PY1S_PIECE: i64 = 1 << 20;
+const PY1S_PIECE: i64 = 1 << 18;
 
 /// Fills `out` with each span's ids, each span shuffled in turn.
 fn fill_shuffled(rng: &mut Generator, spans: &[Span], out: &mut [i64]) {
@@ -394,31 +395,44 @@ fn py1s(
         fill_shuffled(&mut rng, &spans, &mut ids);
         return Ok(ids);
     }
-    // The epoch generator is sequential: this thread only advances it past
-    // each piece of spans (no data), handing a copy of its state at the
-    // start of the piece to a task that does the piece for real.
+    // The epoch generator is sequential: this thread advances it past each
+    // piece of spans without the data (skipping costs about half of
+    // shuffling), handing a copy of its state at the start of the piece to
+    // a task that does the piece for real. When enough tasks wait already,
+    // it shuffles the piece itself instead, which advances the generator
+    // past it at no extra cost.
+    let waiting_limit = 2 * parallel::num_threads();
+    let waiting = AtomicUsize::new(0);
     parallel::install(|| {
         rayon::scope(|scope| {
             let mut rest: &mut [i64] = &mut ids;
             let mut first = 0;
             while first < spans.len() {
-                let start = rng.clone();
                 let mut last = first;
                 let mut len = 0i64;
                 while last < spans.len() && len < PY1S_PIECE {
-                    let size = spans[last].1 - spans[last].0;
-                    rng.skip_shuffle(size as usize);
-                    len += size;
+                    len += spans[last].1 - spans[last].0;
                     last += 1;
                 }
                 let (out, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
                 rest = tail;
                 let piece = &spans[first..last];
+                first = last;
+                if waiting.load(Ordering::Acquire) >= waiting_limit {
+                    fill_shuffled(&mut rng, piece, out);
+                    continue;
+                }
+                let start = rng.clone();
+                for &(begin, end) in piece {
+                    rng.skip_shuffle((end - begin) as usize);
+                }
+                waiting.fetch_add(1, Ordering::AcqRel);
+                let waiting = &waiting;
                 scope.spawn(move |_| {
                     let mut g = start;
                     fill_shuffled(&mut g, piece, out);
+                    waiting.fetch_sub(1, Ordering::AcqRel);
                 });
-                first = last;
             }
         });
     });
@@ -780,6 +794,23 @@ mod tests {
             parallel::set_num_threads(0);
             assert_eq!(a, b, "{algo:?}");
         }
+    }
+
+    #[test]
+    fn py1s_pieces_agree_across_thread_counts() {
+        // Many pieces: the generator's thread skips some pieces for tasks
+        // and shuffles others itself, depending on timing; the output must
+        // not depend on which.
+        let sizes: Vec<i64> = (0..2000).map(|i| (i * 7919) % 2999 + 1).collect();
+        parallel::set_num_threads(1);
+        let one = get_shuffle(Algo::Py1s, &sizes, 5, 8, 3, 0).unwrap();
+        for threads in [2, 3, 4] {
+            parallel::set_num_threads(threads);
+            let many = get_shuffle(Algo::Py1s, &sizes, 5, 8, 3, 0).unwrap();
+            assert_eq!(one, many, "{threads} threads");
+        }
+        parallel::set_num_threads(0);
+        assert!(one.ids.len() as i64 > 8 * PY1S_PIECE);
     }
 
     #[test]
