@@ -205,7 +205,7 @@ impl Cipher {
     /// Replaces every position in `values` (each in `[0, n)`) by its id.
     ///
     /// One vectorised pass encrypts a block of positions, then only the
-    /// values that left `[0, n)` are walked again, as a [`Walk`].
+    /// values that left `[0, n)` are walked again, as a dense list.
     pub fn apply_in_place(&self, values: &mut [i64]) {
         if let Some(t) = &self.table {
             values

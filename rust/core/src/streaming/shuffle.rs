@@ -31,19 +31,21 @@
 //! - The epoch generator is inherently sequential, but advancing it past a
 //!   piece of work without doing the work is cheap (the shuffle's candidate
 //!   draws without the items, PCG64's jump-ahead for `uniform`). With more
-//!   than one thread, one thread only advances it and hands a copy of its
-//!   state at the start of each piece (spans for `py1s`, canonical nodes for
-//!   `py1e`) to a task on the pool that does the piece for real. The output
-//!   does not depend on the thread count.
+//!   than one thread, one thread takes it through the pieces of work (spans
+//!   for `py1s`, canonical nodes for `py1e`) in order, handing a copy of its
+//!   state at the start of a piece to a task on the pool that does the piece
+//!   for real, or doing the piece itself when enough tasks wait (see
+//!   `in_pieces`). The output does not depend on the thread count.
 //! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
-//!   sort on their integer part (each lies inside its canonical node), with
-//!   buckets written out as soon as no later position can reach them.
+//!   sort on them (each lies inside its canonical node), with buckets
+//!   written out as soon as no later position can reach them.
 
 use super::numpy_rng::Generator;
 use crate::buffer::{ids_with_capacity, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::parallel;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The largest number of canonical nodes accepted.
 pub const MAX_CANONICAL_NODES: u64 = 1 << 20;
@@ -395,47 +397,38 @@ fn py1s(
         fill_shuffled(&mut rng, &spans, &mut ids);
         return Ok(ids);
     }
-    // The epoch generator is sequential: this thread advances it past each
-    // piece of spans without the data (skipping costs about half of
-    // shuffling), handing a copy of its state at the start of the piece to
-    // a task that does the piece for real. When enough tasks wait already,
-    // it shuffles the piece itself instead, which advances the generator
-    // past it at no extra cost.
-    let waiting_limit = 2 * parallel::num_threads();
-    let waiting = AtomicUsize::new(0);
-    parallel::install(|| {
-        rayon::scope(|scope| {
-            let mut rest: &mut [i64] = &mut ids;
-            let mut first = 0;
-            while first < spans.len() {
-                let mut last = first;
-                let mut len = 0i64;
-                while last < spans.len() && len < PY1S_PIECE {
-                    len += spans[last].1 - spans[last].0;
-                    last += 1;
-                }
-                let (out, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
-                rest = tail;
-                let piece = &spans[first..last];
-                first = last;
-                if waiting.load(Ordering::Acquire) >= waiting_limit {
-                    fill_shuffled(&mut rng, piece, out);
-                    continue;
-                }
-                let start = rng.clone();
-                for &(begin, end) in piece {
-                    rng.skip_shuffle((end - begin) as usize);
-                }
-                waiting.fetch_add(1, Ordering::AcqRel);
-                let waiting = &waiting;
-                scope.spawn(move |_| {
-                    let mut g = start;
-                    fill_shuffled(&mut g, piece, out);
-                    waiting.fetch_sub(1, Ordering::AcqRel);
-                });
-            }
-        });
+    let mut rest: &mut [i64] = &mut ids;
+    let mut first = 0;
+    let pieces = std::iter::from_fn(|| {
+        if first == spans.len() {
+            return None;
+        }
+        let mut last = first;
+        let mut len = 0i64;
+        while last < spans.len() && len < PY1S_PIECE {
+            len += spans[last].1 - spans[last].0;
+            last += 1;
+        }
+        let (out, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+        rest = tail;
+        let piece = &spans[first..last];
+        first = last;
+        Some((piece, out))
     });
+    in_pieces(
+        &mut rng,
+        pieces,
+        |rng, (piece, _)| {
+            for &(begin, end) in *piece {
+                rng.skip_shuffle((end - begin) as usize);
+            }
+            Ok(())
+        },
+        |rng, (piece, out)| {
+            fill_shuffled(rng, piece, out);
+            Ok(())
+        },
+    )?;
     Ok(ids)
 }
 
@@ -555,51 +548,97 @@ fn py1e(
         }
         return Ok(ids);
     }
-    // As in py1s: this thread advances the generator past each node and a
-    // task does the node from a copy of the state at its start.
-    let failure = std::sync::Mutex::new(None);
     // Scratch buffers are reused across nodes (fresh pages are slow to fault
-    // in): a task takes one from the pool, or makes one, and returns it.
-    let pool: std::sync::Mutex<Vec<SortScratch>> = std::sync::Mutex::new(Vec::new());
-    let mut outcome: Result<()> = Ok(());
+    // in): a node takes one from the pool, or makes one, and returns it.
+    let pool: Mutex<Vec<SortScratch>> = Mutex::new(Vec::new());
+    let small = AtomicBool::new(false);
+    let mut rest: &mut [i64] = &mut ids;
+    let nodes = parts.iter().map(|part| {
+        let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
+        rest = tail;
+        (&spans[part.0..part.1], out)
+    });
+    in_pieces(
+        &mut rng,
+        nodes,
+        |rng, (node, _)| {
+            let smaller = blocks.skip_node(rng, node)?;
+            small.fetch_or(smaller, Ordering::Relaxed);
+            Ok(())
+        },
+        |rng, (node, out)| {
+            let mut scratch = lock(&pool).pop().unwrap_or_default();
+            let smaller = blocks.node(rng, node, out, &mut scratch);
+            lock(&pool).push(scratch);
+            small.fetch_or(smaller?, Ordering::Relaxed);
+            Ok(())
+        },
+    )?;
+    *block_smaller_than_shard |= small.into_inner();
+    Ok(ids)
+}
+
+/// Runs `pieces` of work that draw from one generator in turn (the pieces of
+/// spans of `py1s`, the canonical nodes of `py1e`) on the pool, with the
+/// output of a sequential run. The generator is sequential, so this thread
+/// takes it through the pieces in order: it `skip`s a piece's draws (much
+/// cheaper than the piece) and hands a copy of the state at its start to a
+/// task that `run`s the piece, or, when enough tasks wait already, runs the
+/// piece itself, which takes the generator past it at no extra cost.
+fn in_pieces<P: Send>(
+    rng: &mut Generator,
+    pieces: impl Iterator<Item = P> + Send,
+    skip: impl Fn(&mut Generator, &P) -> Result<()> + Sync,
+    run: impl Fn(&mut Generator, P) -> Result<()> + Sync,
+) -> Result<()> {
+    let waiting_limit = 2 * parallel::num_threads();
+    let waiting = AtomicUsize::new(0);
+    let failure = Mutex::new(None);
+    let mut outcome = Ok(());
     parallel::install(|| {
         rayon::scope(|scope| {
-            let mut rest: &mut [i64] = &mut ids;
-            for part in &parts {
-                let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
-                rest = tail;
-                let node = &spans[part.0..part.1];
-                let start = rng.clone();
-                match blocks.skip_node(&mut rng, node) {
-                    Ok(small) => *block_smaller_than_shard |= small,
-                    Err(e) => {
-                        outcome = Err(e);
-                        return;
+            for piece in pieces {
+                if waiting.load(Ordering::Acquire) >= waiting_limit {
+                    outcome = run(rng, piece);
+                } else {
+                    let start = rng.clone();
+                    outcome = skip(rng, &piece);
+                    if outcome.is_ok() {
+                        waiting.fetch_add(1, Ordering::AcqRel);
+                        let (waiting, failure, run) = (&waiting, &failure, &run);
+                        scope.spawn(move |_| {
+                            let mut g = start;
+                            if let Err(e) = run(&mut g, piece) {
+                                *lock(failure) = Some(e);
+                            }
+                            waiting.fetch_sub(1, Ordering::AcqRel);
+                        });
                     }
                 }
-                let (failure, pool) = (&failure, &pool);
-                scope.spawn(move |_| {
-                    let mut g = start;
-                    let taken = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-                    let mut scratch = taken.unwrap_or_default();
-                    if let Err(e) = blocks.node(&mut g, node, out, &mut scratch) {
-                        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    }
-                    pool.lock().unwrap_or_else(|p| p.into_inner()).push(scratch);
-                });
+                if outcome.is_err() {
+                    return;
+                }
             }
         });
     });
     outcome?;
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
-        None => Ok(ids),
+        None => Ok(()),
     }
+}
+
+/// Locks `m`, also after a panic elsewhere (the data are plain buffers).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Fine buckets per coarse bucket, as a power of two (a coarse bucket's
 /// items fit in L1/L2 cache while they are sorted).
 const FINE_BITS: u32 = 11;
+
+/// Sub-buckets per integer in the sort of a coarse bucket.
+const SUB_BUCKETS: usize = 4;
 
 /// Reorders `values` by `keys` (same length); equal keys keep their
 /// order. Keys are finite. See [`SortScratch::sort`].
@@ -610,12 +649,12 @@ pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
 /// The buffers of the `py1e` sort, reusable from one node to the next.
 ///
 /// Items are pushed in position order as `(key, value)`. A bucket sort on the
-/// integer part of the key, clamped to `[0, len)` (a non-decreasing map, so
-/// buckets are ordered): each item goes to its coarse bucket of
-/// `2^FINE_BITS` integers as it is pushed; then each coarse bucket (small
-/// enough for the cache) is counting-sorted on the integer part, and each
-/// integer bucket (a handful of items for `py1e`'s keys) sorted by key. Every
-/// step is stable, so equal keys keep their push order.
+/// key clamped to `[0, len)` (a non-decreasing map, so buckets are ordered):
+/// each item goes to its coarse bucket of `2^FINE_BITS` integers as it is
+/// pushed; then each coarse bucket (small enough for the cache) is
+/// counting-sorted on steps of `1/SUB_BUCKETS`, and each step's items (rarely
+/// more than one for `py1e`'s keys) sorted by key. Every step is stable, so
+/// equal keys keep their push order.
 #[derive(Debug, Default)]
 pub struct SortScratch {
     len: usize,
@@ -623,8 +662,10 @@ pub struct SortScratch {
     done: usize,
     at: usize,
     coarse: Vec<Vec<(f64, i64)>>,
+    /// A coarse bucket's items ordered by sub-bucket, each item's
+    /// sub-bucket, and where each sub-bucket's items go next.
     fine: Vec<(f64, i64)>,
-    fine_starts: Vec<usize>,
+    sub_of: Vec<u32>,
     next: Vec<usize>,
 }
 
@@ -689,49 +730,77 @@ impl SortScratch {
         }
     }
 
+    /// The sub-bucket of a key within coarse bucket `c`: the key's
+    /// `1/SUB_BUCKETS` step, clamped like [`SortScratch::bucket`] (scaling by
+    /// a power of two is exact, so this refines the integer buckets).
+    #[inline(always)]
+    fn sub_bucket(len: usize, c: usize, key: f64) -> usize {
+        let scaled = key * SUB_BUCKETS as f64;
+        let top = (len * SUB_BUCKETS - 1) as f64;
+        let sub = if scaled >= top {
+            len * SUB_BUCKETS - 1
+        } else if scaled > 0.0 {
+            scaled as usize
+        } else {
+            0
+        };
+        sub - (c << FINE_BITS) * SUB_BUCKETS
+    }
+
     /// Sorts coarse bucket `c` and writes its values at the next positions.
     fn write_bucket(&mut self, c: usize, out: &mut [i64]) {
-        let width = 1usize << FINE_BITS;
+        let width = SUB_BUCKETS << FINE_BITS;
         let len = self.len;
         let bucket = &mut self.coarse[c];
-        let base = c << FINE_BITS;
-        let starts = &mut self.fine_starts;
-        starts.clear();
-        starts.resize(width + 1, 0);
-        for &(k, _) in bucket.iter() {
-            starts[Self::bucket(len, k) - base + 1] += 1;
+        let n = bucket.len();
+        if self.fine.len() < n {
+            self.fine.resize(n, (0.0, 0));
+            self.sub_of.resize(n, 0);
         }
-        for f in 0..width {
-            starts[f + 1] += starts[f];
+        // Counting sort on the sub-bucket, remembering each item's.
+        let next = &mut self.next;
+        next.clear();
+        next.resize(width, 0);
+        let mut crowded = false;
+        for (&(k, _), sub_of) in bucket.iter().zip(&mut self.sub_of) {
+            let f = Self::sub_bucket(len, c, k);
+            *sub_of = f as u32;
+            next[f] += 1;
+            crowded |= next[f] > 32;
         }
-        self.fine.clear();
-        self.fine.resize(bucket.len(), (0.0, 0));
-        self.next.clear();
-        self.next.extend_from_slice(&starts[..width]);
-        for &(k, v) in bucket.iter() {
-            let f = Self::bucket(len, k) - base;
-            self.fine[self.next[f]] = (k, v);
-            self.next[f] += 1;
+        let mut sum = 0;
+        for slot in next.iter_mut() {
+            let count = *slot;
+            *slot = sum;
+            sum += count;
+        }
+        let fine = &mut self.fine[..n];
+        for (&item, &f) in bucket.iter().zip(&self.sub_of) {
+            let f = f as usize;
+            fine[next[f]] = item;
+            next[f] += 1;
         }
         bucket.clear();
-        // Items are now ordered by integer part: one insertion pass over the
-        // bucket moves items only within their integer bucket. A crowded
-        // integer bucket (never seen with py1e's keys) is sorted on its own
-        // so the pass stays linear.
-        let crowded = starts.windows(2).any(|w| w[1] - w[0] > 32);
+        // Items are now ordered by sub-bucket (`next[f]` is where sub-bucket
+        // `f` ends): one insertion pass moves items only within their
+        // sub-bucket, which holds a handful of items at most with py1e's
+        // keys (so the pass rarely moves one at all). A crowded sub-bucket is
+        // sorted on its own so the pass stays linear.
         if crowded {
-            for f in 0..width {
-                self.fine[starts[f]..starts[f + 1]].sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut start = 0;
+            for &end in next.iter() {
+                fine[start..end].sort_by(|a, b| a.0.total_cmp(&b.0));
+                start = end;
             }
         } else {
-            insertion_sort(&mut self.fine);
+            insertion_sort(fine);
         }
         let at = self.at.min(out.len());
-        let n = self.fine.len().min(out.len() - at);
-        for (o, &(_, v)) in out[at..at + n].iter_mut().zip(&self.fine) {
+        let m = n.min(out.len() - at);
+        for (o, &(_, v)) in out[at..at + m].iter_mut().zip(fine.iter()) {
             *o = v;
         }
-        self.at = at + n;
+        self.at = at + m;
     }
 
     /// Reorders `values` by `keys` (same length); equal keys keep their order.
@@ -811,6 +880,19 @@ mod tests {
         }
         parallel::set_num_threads(0);
         assert!(one.ids.len() as i64 > 8 * PY1S_PIECE);
+    }
+
+    #[test]
+    fn parallel_errors_are_errors() {
+        // A block size that gives no valid random block fails in the first
+        // node, skipped or run, on any number of threads.
+        let sizes = vec![1000i64; 300];
+        for threads in [1, 2, 4] {
+            parallel::set_num_threads(threads);
+            let out = get_shuffle(Algo::Py1e, &sizes, 6, 1, 2, 0);
+            parallel::set_num_threads(0);
+            assert!(matches!(out, Err(Error::Value(_))), "{threads} threads");
+        }
     }
 
     #[test]
