@@ -156,8 +156,13 @@ def test_py1s_in_many_pieces() -> None:
     # Over a million samples: py1s is cut into pieces that threads shuffle
     # from recorded generator states, or the generator's own thread shuffles.
     sizes = np.random.default_rng(9).integers(1, 3000, 1200)
-    for ncn in (1, 9):
-        _assert_matches("py1s", sizes, ncn, 23, 4, 1 << 14)
+    try:
+        for threads in (2, 4):
+            epochplan.set_num_threads(threads)
+            for ncn in (1, 9):
+                _assert_matches("py1s", sizes, ncn, 23, 4, 1 << 14)
+    finally:
+        epochplan.set_num_threads(0)
 
 
 def test_independent_of_thread_count() -> None:

@@ -418,6 +418,7 @@ fn py1s(
     in_pieces(
         &mut rng,
         pieces,
+        OUTSTANDING_PER_THREAD * parallel::num_threads(),
         |rng, (piece, _)| {
             for &(begin, end) in *piece {
                 rng.skip_shuffle((end - begin) as usize);
@@ -561,6 +562,7 @@ fn py1e(
     in_pieces(
         &mut rng,
         nodes,
+        OUTSTANDING_PER_THREAD * parallel::num_threads(),
         |rng, (node, _)| {
             let smaller = blocks.skip_node(rng, node)?;
             small.fetch_or(smaller, Ordering::Relaxed);
@@ -578,52 +580,70 @@ fn py1e(
     Ok(ids)
 }
 
+/// Tasks of [`in_pieces`] queued or running, per thread of the pool, past
+/// which the generator's thread runs pieces itself.
+const OUTSTANDING_PER_THREAD: usize = 2;
+
 /// Runs `pieces` of work that draw from one generator in turn (the pieces of
 /// spans of `py1s`, the canonical nodes of `py1e`) on the pool, with the
 /// output of a sequential run. The generator is sequential, so this thread
 /// takes it through the pieces in order: it `skip`s a piece's draws (much
 /// cheaper than the piece) and hands a copy of the state at its start to a
-/// task that `run`s the piece, or, when enough tasks wait already, runs the
-/// piece itself, which takes the generator past it at no extra cost.
+/// task that `run`s the piece, or, when `max_outstanding` tasks are queued
+/// or running already, runs the piece itself, which takes the generator past
+/// it at no extra cost. On failure, no further piece is started and the
+/// error of the first failing piece is returned, as a sequential run would.
 fn in_pieces<P: Send>(
     rng: &mut Generator,
     pieces: impl Iterator<Item = P> + Send,
+    max_outstanding: usize,
     skip: impl Fn(&mut Generator, &P) -> Result<()> + Sync,
     run: impl Fn(&mut Generator, P) -> Result<()> + Sync,
 ) -> Result<()> {
-    let waiting_limit = 2 * parallel::num_threads();
-    let waiting = AtomicUsize::new(0);
-    let failure = Mutex::new(None);
-    let mut outcome = Ok(());
+    let outstanding = AtomicUsize::new(0);
+    // The lowest failing piece and its error.
+    let failure: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+    let fail = |index: usize, e: Error| {
+        let mut first = lock(&failure);
+        if first.as_ref().is_none_or(|(i, _)| index < *i) {
+            *first = Some((index, e));
+        }
+    };
     parallel::install(|| {
         rayon::scope(|scope| {
-            for piece in pieces {
-                if waiting.load(Ordering::Acquire) >= waiting_limit {
-                    outcome = run(rng, piece);
-                } else {
-                    let start = rng.clone();
-                    outcome = skip(rng, &piece);
-                    if outcome.is_ok() {
-                        waiting.fetch_add(1, Ordering::AcqRel);
-                        let (waiting, failure, run) = (&waiting, &failure, &run);
-                        scope.spawn(move |_| {
-                            let mut g = start;
-                            if let Err(e) = run(&mut g, piece) {
-                                *lock(failure) = Some(e);
-                            }
-                            waiting.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    }
-                }
-                if outcome.is_err() {
+            for (index, piece) in pieces.enumerate() {
+                if lock(&failure).is_some() {
                     return;
                 }
+                if outstanding.load(Ordering::Relaxed) >= max_outstanding {
+                    if let Err(e) = run(rng, piece) {
+                        return fail(index, e);
+                    }
+                    continue;
+                }
+                let start = rng.clone();
+                if let Err(e) = skip(rng, &piece) {
+                    return fail(index, e);
+                }
+                outstanding.fetch_add(1, Ordering::Relaxed);
+                let (outstanding, fail, run) = (&outstanding, &fail, &run);
+                let failure = &failure;
+                scope.spawn(move |_| {
+                    // Pieces after a failed one need not run.
+                    let after_failure = lock(failure).as_ref().is_some_and(|(i, _)| *i < index);
+                    if !after_failure {
+                        let mut g = start;
+                        if let Err(e) = run(&mut g, piece) {
+                            fail(index, e);
+                        }
+                    }
+                    outstanding.fetch_sub(1, Ordering::Relaxed);
+                });
             }
         });
     });
-    outcome?;
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
+        Some((_, e)) => Err(e),
         None => Ok(()),
     }
 }
@@ -666,7 +686,7 @@ pub struct SortScratch {
     /// sub-bucket, and where each sub-bucket's items go next.
     fine: Vec<(f64, i64)>,
     sub_of: Vec<u32>,
-    next: Vec<usize>,
+    next: Vec<u32>,
 }
 
 impl SortScratch {
@@ -753,8 +773,23 @@ impl SortScratch {
         let len = self.len;
         let bucket = &mut self.coarse[c];
         let n = bucket.len();
+        if n > u32::MAX as usize {
+            // Beyond the counters' range (never with py1e's keys): a plain
+            // stable sort.
+            bucket.sort_by(by_key);
+            let at = self.at.min(out.len());
+            let m = n.min(out.len() - at);
+            for (o, &(_, v)) in out[at..at + m].iter_mut().zip(bucket.iter()) {
+                *o = v;
+            }
+            self.at = at + m;
+            bucket.clear();
+            return;
+        }
         if self.fine.len() < n {
             self.fine.resize(n, (0.0, 0));
+        }
+        if self.sub_of.len() < n {
             self.sub_of.resize(n, 0);
         }
         // Counting sort on the sub-bucket, remembering each item's.
@@ -777,7 +812,7 @@ impl SortScratch {
         let fine = &mut self.fine[..n];
         for (&item, &f) in bucket.iter().zip(&self.sub_of) {
             let f = f as usize;
-            fine[next[f]] = item;
+            fine[next[f] as usize] = item;
             next[f] += 1;
         }
         bucket.clear();
@@ -789,8 +824,8 @@ impl SortScratch {
         if crowded {
             let mut start = 0;
             for &end in next.iter() {
-                fine[start..end].sort_by(|a, b| a.0.total_cmp(&b.0));
-                start = end;
+                fine[start..end as usize].sort_by(by_key);
+                start = end as usize;
             }
         } else {
             insertion_sort(fine);
@@ -812,6 +847,12 @@ impl SortScratch {
         }
         self.finish(&mut values[..n]);
     }
+}
+
+/// Items in key order (keys are finite; `-0.0` and `0.0` are equal, as in
+/// [`insertion_sort`] and numpy).
+fn by_key(a: &(f64, i64), b: &(f64, i64)) -> std::cmp::Ordering {
+    a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal)
 }
 
 /// A stable insertion sort by key (buckets hold a handful of items).
@@ -883,6 +924,65 @@ mod tests {
     }
 
     #[test]
+    fn in_pieces_runs_every_piece_once_and_reports_the_first_failure() {
+        // Piece k shuffles k + 2 values and records the first; a piece
+        // fails if it is in `failing`. Whether pieces are skipped for tasks
+        // or run by the generator's thread (max_outstanding 0 forces the
+        // latter), the draws and the error are those of a sequential run.
+        let run_all = |max_outstanding: usize, failing: &[usize]| {
+            let firsts: Vec<Mutex<u32>> = (0..100).map(|_| Mutex::new(0)).collect();
+            let mut rng = Generator::new(11);
+            let outcome = in_pieces(
+                &mut rng,
+                0..100usize,
+                max_outstanding,
+                |rng, &k| {
+                    rng.skip_shuffle(k + 2);
+                    Ok(())
+                },
+                |rng, k| {
+                    if failing.contains(&k) {
+                        // Later pieces fail later, so that a later failure
+                        // can be recorded after an earlier one.
+                        std::thread::sleep(std::time::Duration::from_micros(300 * k as u64));
+                        return Err(Error::Value(format!("piece {k}")));
+                    }
+                    let mut items: Vec<u32> = (0..k as u32 + 2).collect();
+                    rng.shuffle(&mut items);
+                    *lock(&firsts[k]) = items[0] + 1;
+                    Ok(())
+                },
+            );
+            let firsts: Vec<u32> = firsts
+                .into_iter()
+                .map(|m| m.into_inner().unwrap())
+                .collect();
+            (outcome, firsts)
+        };
+        parallel::set_num_threads(1);
+        let (ok, expect) = run_all(0, &[]);
+        parallel::set_num_threads(0);
+        assert!(ok.is_ok() && expect.iter().all(|&f| f > 0));
+        for threads in [1, 2, 4] {
+            parallel::set_num_threads(threads);
+            for max_outstanding in [0, 1, 4, 1000] {
+                let (ok, firsts) = run_all(max_outstanding, &[]);
+                assert!(ok.is_ok());
+                assert_eq!(firsts, expect, "{threads} threads, {max_outstanding}");
+                for failing in [&[0usize][..], &[1], &[5, 30], &[99]] {
+                    let (err, _) = run_all(max_outstanding, failing);
+                    let want = format!("piece {}", failing[0]);
+                    assert!(
+                        matches!(&err, Err(Error::Value(m)) if *m == want),
+                        "{err:?}"
+                    );
+                }
+            }
+        }
+        parallel::set_num_threads(0);
+    }
+
+    #[test]
     fn parallel_errors_are_errors() {
         // A block size that gives no valid random block fails in the first
         // node, skipped or run, on any number of threads.
@@ -908,6 +1008,13 @@ mod tests {
         let mut out = [10, 11, 12, 13, 14, 15, 16];
         sort_by_keys(&keys, &mut out);
         assert_eq!(out, [16, 11, 13, 14, 10, 12, 15]);
+        // -0.0 and 0.0 are equal keys, also in a crowded sub-bucket.
+        let keys: Vec<f64> = (0..40)
+            .map(|i| if i % 2 == 0 { 0.0 } else { -0.0 })
+            .collect();
+        let mut out: Vec<i64> = (0..40).collect();
+        sort_by_keys(&keys, &mut out);
+        assert_eq!(out, (0..40).collect::<Vec<i64>>());
         // Many coarse buckets, keys out of range, big tie groups: compare
         // with a stable comparison sort.
         let mut g = Generator::new(3);
