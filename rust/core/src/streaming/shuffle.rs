@@ -682,6 +682,10 @@ pub struct SortScratch {
     done: usize,
     at: usize,
     coarse: Vec<Vec<(f64, i64)>>,
+    /// Emptied buckets, handed to the next buckets to fill: the few buckets
+    /// in use keep reusing the same memory, which stays in cache (a bucket
+    /// per coarse index would sweep through memory the size of the node).
+    spare: Vec<Vec<(f64, i64)>>,
     /// A coarse bucket's items ordered by sub-bucket, each item's
     /// sub-bucket, and where each sub-bucket's items go next.
     fine: Vec<(f64, i64)>,
@@ -700,9 +704,10 @@ impl SortScratch {
         } else {
             ((len - 1) >> FINE_BITS) + 1
         };
-        self.coarse.truncate(count);
-        for bucket in &mut self.coarse {
-            bucket.clear();
+        // Buckets left by an unfinished sort go back to the spares.
+        let left: Vec<_> = self.coarse.drain(..).collect();
+        for bucket in left {
+            self.recycle(bucket);
         }
         self.coarse.resize_with(count, Vec::new);
     }
@@ -727,7 +732,11 @@ impl SortScratch {
             return;
         }
         let c = Self::bucket(self.len, key) >> FINE_BITS;
-        self.coarse[c].push((key, value));
+        let bucket = &mut self.coarse[c];
+        if bucket.len() == bucket.capacity() && bucket.capacity() == 0 {
+            *bucket = self.spare.pop().unwrap_or_default();
+        }
+        bucket.push((key, value));
     }
 
     /// Writes out, in order, every coarse bucket whose keys all lie below
@@ -771,7 +780,7 @@ impl SortScratch {
     fn write_bucket(&mut self, c: usize, out: &mut [i64]) {
         let width = SUB_BUCKETS << FINE_BITS;
         let len = self.len;
-        let bucket = &mut self.coarse[c];
+        let mut bucket = std::mem::take(&mut self.coarse[c]);
         let n = bucket.len();
         if n > u32::MAX as usize {
             // Beyond the counters' range (never with py1e's keys): a plain
@@ -783,7 +792,7 @@ impl SortScratch {
                 *o = v;
             }
             self.at = at + m;
-            bucket.clear();
+            self.recycle(bucket);
             return;
         }
         if self.fine.len() < n {
@@ -815,7 +824,6 @@ impl SortScratch {
             fine[next[f] as usize] = item;
             next[f] += 1;
         }
-        bucket.clear();
         // Items are now ordered by sub-bucket (`next[f]` is where sub-bucket
         // `f` ends): one insertion pass moves items only within their
         // sub-bucket, which holds a handful of items at most with py1e's
@@ -836,6 +844,15 @@ impl SortScratch {
             *o = v;
         }
         self.at = at + m;
+        self.recycle(bucket);
+    }
+
+    /// Keeps an emptied bucket's memory for the next bucket to fill.
+    fn recycle(&mut self, mut bucket: Vec<(f64, i64)>) {
+        if bucket.capacity() > 0 {
+            bucket.clear();
+            self.spare.push(bucket);
+        }
     }
 
     /// Reorders `values` by `keys` (same length); equal keys keep their order.
