@@ -448,6 +448,23 @@ mod tests {
         sizes
     }
 
+    /// `apply_in_place` (the dispatched path) and, for networks, the portable
+    /// batch variant (whatever this CPU dispatches to) against `apply`.
+    fn assert_batch_equals_scalar(c: &Cipher, positions: Vec<i64>, case: &str) {
+        let expect: Vec<i64> = positions
+            .iter()
+            .map(|&p| c.apply(p as u64) as i64)
+            .collect();
+        let mut dispatched = positions.clone();
+        c.apply_in_place(&mut dispatched);
+        assert_eq!(dispatched, expect, "{case}");
+        if c.table.is_none() {
+            let mut portable = positions;
+            c.apply_blocks_portable(&mut portable);
+            assert_eq!(portable, expect, "{case}");
+        }
+    }
+
     #[test]
     fn batch_equals_scalar() {
         for n in awkward_sizes() {
@@ -462,19 +479,7 @@ mod tests {
                     })
                     .map(|p| p as i64)
                     .collect();
-                let expect: Vec<i64> = positions
-                    .iter()
-                    .map(|&p| c.apply(p as u64) as i64)
-                    .collect();
-                let mut dispatched = positions.clone();
-                c.apply_in_place(&mut dispatched);
-                assert_eq!(dispatched, expect, "n = {n}, key = {key:?}");
-                if c.table.is_none() {
-                    // The portable variant, whatever this CPU dispatches to.
-                    let mut portable = positions;
-                    c.apply_blocks_portable(&mut portable);
-                    assert_eq!(portable, expect, "n = {n}, key = {key:?}");
-                }
+                assert_batch_equals_scalar(&c, positions, &format!("n = {n}, key = {key:?}"));
             }
         }
     }
@@ -498,16 +503,7 @@ mod tests {
                 let positions: Vec<i64> = (0..len as u64)
                     .map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) % n) as i64)
                     .collect();
-                let expect: Vec<i64> = positions
-                    .iter()
-                    .map(|&p| c.apply(p as u64) as i64)
-                    .collect();
-                let mut dispatched = positions.clone();
-                c.apply_in_place(&mut dispatched);
-                assert_eq!(dispatched, expect, "n = {n}, len = {len}");
-                let mut portable = positions;
-                c.apply_blocks_portable(&mut portable);
-                assert_eq!(portable, expect, "n = {n}, len = {len}");
+                assert_batch_equals_scalar(&c, positions, &format!("n = {n}, len = {len}"));
             }
         }
     }

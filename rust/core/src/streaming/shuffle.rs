@@ -705,10 +705,13 @@ impl SortScratch {
             ((len - 1) >> FINE_BITS) + 1
         };
         // Buckets left by an unfinished sort go back to the spares.
-        let left: Vec<_> = self.coarse.drain(..).collect();
-        for bucket in left {
-            self.recycle(bucket);
+        for bucket in &mut self.coarse {
+            if bucket.capacity() > 0 {
+                bucket.clear();
+                self.spare.push(std::mem::take(bucket));
+            }
         }
+        self.coarse.clear();
         self.coarse.resize_with(count, Vec::new);
     }
 
@@ -733,7 +736,7 @@ impl SortScratch {
         }
         let c = Self::bucket(self.len, key) >> FINE_BITS;
         let bucket = &mut self.coarse[c];
-        if bucket.len() == bucket.capacity() && bucket.capacity() == 0 {
+        if bucket.capacity() == 0 {
             *bucket = self.spare.pop().unwrap_or_default();
         }
         bucket.push((key, value));
@@ -786,12 +789,7 @@ impl SortScratch {
             // Beyond the counters' range (never with py1e's keys): a plain
             // stable sort.
             bucket.sort_by(by_key);
-            let at = self.at.min(out.len());
-            let m = n.min(out.len() - at);
-            for (o, &(_, v)) in out[at..at + m].iter_mut().zip(bucket.iter()) {
-                *o = v;
-            }
-            self.at = at + m;
+            emit(&bucket, out, &mut self.at);
             self.recycle(bucket);
             return;
         }
@@ -838,12 +836,7 @@ impl SortScratch {
         } else {
             insertion_sort(fine);
         }
-        let at = self.at.min(out.len());
-        let m = n.min(out.len() - at);
-        for (o, &(_, v)) in out[at..at + m].iter_mut().zip(fine.iter()) {
-            *o = v;
-        }
-        self.at = at + m;
+        emit(fine, out, &mut self.at);
         self.recycle(bucket);
     }
 
@@ -864,6 +857,17 @@ impl SortScratch {
         }
         self.finish(&mut values[..n]);
     }
+}
+
+/// Writes the values of sorted `items` at `out[*at..]` (as many as fit) and
+/// moves `at` past them.
+fn emit(items: &[(f64, i64)], out: &mut [i64], at: &mut usize) {
+    let start = (*at).min(out.len());
+    let end = (start + items.len()).min(out.len());
+    for (o, &(_, v)) in out[start..end].iter_mut().zip(items) {
+        *o = v;
+    }
+    *at = end;
 }
 
 /// Items in key order (keys are finite; `-0.0` and `0.0` are equal, as in
