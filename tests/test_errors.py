@@ -17,6 +17,7 @@ import epochplan as ep
 ALLOWED = (ValueError, TypeError, OverflowError, IndexError)
 MAX = 2**63 - 1
 P = ep.Permutation(100, seed=1)
+PLAN = ep.EpochPlan(10, 3)
 
 CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     # sizes
@@ -29,6 +30,11 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("numpy bool size", lambda: ep.Permutation(np.True_), TypeError, "num_samples"),
     ("numpy float size", lambda: ep.Permutation(np.float32(3)), TypeError, "num_samples"),
     ("None size", lambda: ep.Permutation(None), TypeError, "num_samples"),
+    ("0-d float array size", lambda: ep.Permutation(np.array(10.0)), TypeError, "num_samples"),
+    ("1-element array size", lambda: ep.Permutation(np.array([10])), TypeError, "num_samples"),
+    ("array batch size", lambda: ep.EpochPlan(10, np.array([3])), TypeError, "global_batch_size"),
+    ("unprintable size", lambda: ep.Permutation(10**5000), ValueError, "an int of 16610 bits"),
+    ("unprintable negative", lambda: ep.Permutation(-(10**5000)), ValueError, "a negative int"),
     ("uniform too large", lambda: ep.permutation(MAX), OverflowError, "num_samples"),
     ("uniform 2**60", lambda: ep.Permutation(2**60, kind="uniform"), OverflowError, "num_samples"),
     ("cipher too large to list", lambda: ep.permutation(2**62, kind="cipher"), OverflowError, ""),
@@ -73,6 +79,10 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("bool index", lambda: P[True], TypeError, "indices"),
     ("str index", lambda: P["1"], TypeError, "indices"),
     ("None index", lambda: P[None], TypeError, "indices"),
+    ("tuple index", lambda: P[1, 2], TypeError, "indices"),
+    ("0-d float array index", lambda: P[np.array(3.0)], TypeError, "indices"),
+    ("unprintable index", lambda: P[10**5000], IndexError, "index must be in [-100, 100)"),
+    ("array index too large", lambda: P[np.array([1, 100])], IndexError, "positions"),
     ("slice step 0", lambda: P[::0], ValueError, "slice step"),
     ("slice of floats", lambda: P[0.5:], TypeError, "slice"),
     ("take too large", lambda: P.take([0, 100]), IndexError, "positions"),
@@ -84,6 +94,33 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("take objects", lambda: P.take(np.array([1, None], dtype=object)), TypeError, "positions"),
     ("take None", lambda: P.take(None), TypeError, "positions"),
     ("take from empty", lambda: ep.Permutation(0).take([0]), IndexError, "positions"),
+    ("take ragged", lambda: P.take([[1], [2, 3]]), ValueError, "positions must be an array"),
+    # plans
+    (
+        "split_step negative ids",
+        lambda: PLAN.split_step(0, 0, 1, 2, [-1, -2, -3]),
+        ValueError,
+        "ids must be sample ids in [0, 10)",
+    ),
+    ("split_step id = N", lambda: PLAN.split_step(0, 0, 1, 2, [1, 2, 10]), ValueError, "got 10"),
+    (
+        "split_step huge uint64 id",
+        lambda: PLAN.split_step(0, 0, 1, 2, np.array([1, 2, 2**63], np.uint64)),
+        ValueError,
+        "ids must be sample ids",
+    ),
+    (
+        "split_step 2-d ids",
+        lambda: PLAN.split_step(0, 0, 1, 2, [[1, 2, 3]]),
+        ValueError,
+        "ids must be a 1-d array",
+    ),
+    (
+        "int drop_last",
+        lambda: ep.EpochPlan(10, 3, drop_last=1),
+        TypeError,
+        "drop_last must be a bool, got int",
+    ),
     # split
     ("world_size 0", lambda: ep.split(10, 0, 0), ValueError, "world_size"),
     ("negative world_size", lambda: ep.split(10, -2, 0), ValueError, "world_size"),
@@ -97,6 +134,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
     ("None samples", lambda: ep.split(None, 2, 0), TypeError, "num_samples_or_array"),
     ("unknown mode", lambda: ep.split(10, 2, 0, "blocks"), ValueError, "mode"),
+    ("split too large", lambda: ep.split(2**62, 3, 0), OverflowError, "num_samples_or_array"),
     ("mode not a str", lambda: ep.split(10, 2, 0, 1), TypeError, "mode"),
     # threads
     ("negative threads", lambda: ep.set_num_threads(-1), ValueError, "num_threads"),
@@ -123,6 +161,15 @@ def test_ranges_are_in_messages() -> None:
         ep.Permutation(1, seed=-1)
     with pytest.raises(IndexError, match=r"\[-100, 100\)"):
         P[100]
+
+
+def test_array_indexing_is_take_and_numpy_bools_are_bools() -> None:
+    # Integer arrays and lists index like numpy's integer array indexing.
+    assert np.array_equal(P[np.array([[1, 2], [3, -1]])], P.take([[1, 2], [3, -1]]))
+    assert np.array_equal(P[[5, 0]], P.take([5, 0]))
+    assert P[np.array(7)] == P[7]
+    assert ep.EpochPlan(10, 3, drop_last=np.True_).drop_last
+    assert not ep.EpochPlan(10, 3, drop_last=np.False_).drop_last
 
 
 def test_limits_are_accepted() -> None:

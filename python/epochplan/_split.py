@@ -32,7 +32,16 @@ def split(
     ):
         n = int(num_samples_or_array)
         start, stop, step = _native.split_range(n, world_size, rank, mode)
-        return np.arange(start, stop, step, dtype=np.int64)
+        try:
+            return np.arange(start, stop, step, dtype=np.int64)
+        except (MemoryError, ValueError):
+            # numpy's errors for an output the machine cannot hold (or
+            # address); the library's error names the argument.
+            count = len(range(start, stop, step))
+            raise OverflowError(
+                f"cannot allocate {count} int64 values for the rank's share of "
+                f"num_samples_or_array={n}: not enough memory"
+            ) from None
     if isinstance(num_samples_or_array, (bool, float, str)):
         raise TypeError(
             "num_samples_or_array must be an int or an array, "

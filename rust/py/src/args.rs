@@ -3,7 +3,7 @@
 //! messages that name the argument and its allowed range.
 
 use numpy::{PyArrayDyn, PyArrayMethods};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyString};
 
@@ -20,43 +20,66 @@ fn describe(hi: u64) -> String {
     }
 }
 
-/// An integer argument in `[lo, hi]`. Rejects bool, float and str with
-/// TypeError; out-of-range values with ValueError. Accepts any object with
-/// `__index__` (Python and numpy integers).
-pub fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult<u64> {
+/// The value of an integer argument: anything with `__index__` (Python and
+/// numpy integers) but bool; float, str and objects whose `__index__` fails
+/// (a float or multi-element array, say) raise TypeError naming `name`. An
+/// integer beyond 128 bits comes back as `Err` with a short description of
+/// it for the caller's range message.
+pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, String>> {
+    let not_an_int = || -> PyResult<PyErr> {
+        Ok(PyTypeError::new_err(format!(
+            "{name} must be an int, got {}",
+            obj.get_type().name()?
+        )))
+    };
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()
         || obj.is_instance_of::<PyString>()
+        || !obj.hasattr("__index__")?
     {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, got {}",
-            obj.get_type().name()?
-        )));
+        return Err(not_an_int()?);
     }
-    let value: i128 = match obj.extract::<i128>() {
-        Ok(v) => v,
-        Err(_) if obj.hasattr("__index__")? => {
-            // An integer too large even for 128 bits.
-            return Err(PyValueError::new_err(format!(
-                "{name} must be an int in [{lo}, {}], got {}",
-                describe(hi),
-                obj.str()?
-            )));
-        }
-        Err(_) => {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must be an int, got {}",
-                obj.get_type().name()?
-            )))
-        }
+    let Ok(value) = obj.call_method0("__index__") else {
+        return Err(not_an_int()?);
     };
-    if value < i128::from(lo) || value > i128::from(hi) {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be an int in [{lo}, {}], got {value}",
-            describe(hi)
-        )));
+    Ok(value.extract::<i128>().map_err(|_| describe_huge(&value)))
+}
+
+/// A short description of an integer too large to print in a message
+/// (Python refuses to print ints of more than 4,300 digits).
+fn describe_huge(value: &Bound<'_, PyAny>) -> String {
+    const MAX_DIGITS: usize = 40;
+    match value.str() {
+        Ok(s) if s.to_string().len() <= MAX_DIGITS => s.to_string(),
+        _ => {
+            let bits: u64 = value
+                .call_method0("bit_length")
+                .and_then(|b| b.extract())
+                .unwrap_or(0);
+            let sign = if value.lt(0).unwrap_or(false) {
+                "a negative"
+            } else {
+                "an"
+            };
+            format!("{sign} int of {bits} bits")
+        }
     }
-    Ok(value as u64)
+}
+
+/// An integer argument in `[lo, hi]`: TypeError as [`int_value`],
+/// ValueError naming the range for values outside it.
+pub fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult<u64> {
+    let out_of_range = |got: String| {
+        PyValueError::new_err(format!(
+            "{name} must be an int in [{lo}, {}], got {got}",
+            describe(hi)
+        ))
+    };
+    match int_value(obj, name)? {
+        Ok(v) if v >= i128::from(lo) && v <= i128::from(hi) => Ok(v as u64),
+        Ok(v) => Err(out_of_range(v.to_string())),
+        Err(huge) => Err(out_of_range(huge)),
+    }
 }
 
 /// An optional integer argument (None passes through).
@@ -89,17 +112,22 @@ pub fn str_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
         .map(str::to_owned)
 }
 
-/// An array of positions as a contiguous int64 numpy array of any shape.
-/// Integer dtypes only (bool and float raise TypeError); negative positions
-/// count from the end of a sequence of `len` items, as in numpy's `take`.
-pub fn positions_arg<'py>(
-    obj: &Bound<'py, PyAny>,
-    name: &str,
-    len: u64,
-) -> PyResult<(Vec<i64>, Vec<usize>)> {
+/// An integer array of any shape (anything numpy's `asarray` takes) as int64
+/// values and its shape. Other dtypes raise TypeError naming `name`; `None`
+/// comes back for a uint64 value above 2**63 - 1, for the caller's range
+/// message.
+#[allow(clippy::type_complexity)]
+fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>, Vec<usize>)>> {
     let py = obj.py();
     let np = py.import("numpy")?;
-    let arr = np.call_method1("asarray", (obj,))?;
+    let arr = np.call_method1("asarray", (obj,)).map_err(|e| {
+        let message = format!("{name} must be an array of integers: {}", e.value(py));
+        if e.is_instance_of::<PyValueError>(py) {
+            PyValueError::new_err(message)
+        } else {
+            PyTypeError::new_err(message)
+        }
+    })?;
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
     let size: usize = arr.getattr("size")?.extract()?;
     // Taken before `ascontiguousarray`, which turns a 0-d array into 1-d.
@@ -107,7 +135,7 @@ pub fn positions_arg<'py>(
     if size == 0 && kind != "O" {
         // `take([])`: an empty list is a float64 array to numpy, and numpy's
         // own `take` accepts it.
-        return Ok((Vec::new(), shape));
+        return Ok(Some((Vec::new(), shape)));
     }
     if kind != "i" && kind != "u" {
         return Err(PyTypeError::new_err(format!(
@@ -121,23 +149,71 @@ pub fn positions_arg<'py>(
             .and_then(|m| m.gt(MAX_I64))
             .unwrap_or(false);
         if big {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
-                "{name} must be in [-{len}, {len}), got a value above 2**63 - 1"
-            )));
+            return Ok(None);
         }
     }
     let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
     let arr = arr.cast::<PyArrayDyn<i64>>()?;
-    let ro = arr.readonly();
-    let mut values = ro.as_slice()?.to_vec();
+    let values = arr.readonly().as_slice()?.to_vec();
+    Ok(Some((values, shape)))
+}
+
+/// An array of positions as int64 values of any shape (see [`int64_array`]);
+/// negative positions count from the end of a sequence of `len` items, as in
+/// numpy's `take`. Positions out of range raise IndexError.
+pub fn positions_arg(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    len: u64,
+) -> PyResult<(Vec<i64>, Vec<usize>)> {
+    let Some((mut values, shape)) = int64_array(obj, name)? else {
+        return Err(PyIndexError::new_err(format!(
+            "{name} must be in [-{len}, {len}), got a value above 2**63 - 1"
+        )));
+    };
     for v in values.iter_mut() {
         if *v < 0 && v.unsigned_abs() <= len {
             *v += len as i64;
         } else if *v < 0 || *v as u64 >= len {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+            return Err(PyIndexError::new_err(format!(
                 "{name} must be in [-{len}, {len}), got {v}"
             )));
         }
     }
     Ok((values, shape))
+}
+
+/// A 1-d array of sample ids, each in `[0, num_samples)`: ValueError
+/// naming `name` for another shape or an id out of range.
+pub fn sample_ids_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> PyResult<Vec<i64>> {
+    let out_of_range = |got: String| {
+        PyValueError::new_err(format!(
+            "{name} must be sample ids in [0, {num_samples}), got {got}"
+        ))
+    };
+    let Some((values, shape)) = int64_array(obj, name)? else {
+        return Err(out_of_range("a value above 2**63 - 1".to_string()));
+    };
+    if shape.len() != 1 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be a 1-d array of sample ids, got shape {shape:?}"
+        )));
+    }
+    match values.iter().find(|&&v| v < 0 || v as u64 >= num_samples) {
+        Some(v) => Err(out_of_range(v.to_string())),
+        None => Ok(values),
+    }
+}
+
+/// A bool argument: Python's bool or numpy's; TypeError naming `name`
+/// otherwise (ints included, to catch arguments passed in the wrong place).
+pub fn bool_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    let numpy_bool = obj.py().import("numpy")?.getattr("bool_")?;
+    if obj.is_instance_of::<PyBool>() || obj.is_instance(&numpy_bool)? {
+        return obj.is_truthy();
+    }
+    Err(PyTypeError::new_err(format!(
+        "{name} must be a bool, got {}",
+        obj.get_type().name()?
+    )))
 }

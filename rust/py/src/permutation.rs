@@ -1,13 +1,13 @@
 //! `Permutation`, `permutation`, `split_range` and the thread controls.
 
-use crate::args::{int_arg, opt_int_arg, positions_arg, str_arg, MAX_I64, MAX_U64};
+use crate::args::{int_arg, int_value, opt_int_arg, positions_arg, str_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PySlice, PyString, PyTuple};
 
 /// Parses `kind` (+ the chunked parameters) from Python arguments.
 pub fn kind_arg(
@@ -153,15 +153,28 @@ impl Permutation {
             };
             return Ok(Self::array(py, ids).into_any());
         }
-        if key.is_instance_of::<pyo3::types::PyBool>() || !key.hasattr("__index__")? {
-            return Err(PyTypeError::new_err(format!(
-                "Permutation indices must be integers, slices or arrays (use take), not {}",
-                key.get_type().name()?
-            )));
+        let is_array = key
+            .getattr("ndim")
+            .and_then(|d| d.extract::<usize>())
+            .is_ok_and(|d| d > 0);
+        if is_array || key.is_instance_of::<PyList>() {
+            // An array of positions, as numpy's integer array indexing.
+            return self.take(py, key);
         }
-        let i: i128 = key.call_method0("__index__")?.extract().map_err(|_| {
-            PyIndexError::new_err(format!("index must be in [-{n}, {n}), got {key}"))
-        })?;
+        let i = match int_value(key, "index") {
+            Ok(Ok(i)) => i,
+            Ok(Err(huge)) => {
+                return Err(PyIndexError::new_err(format!(
+                    "index must be in [-{n}, {n}), got {huge}"
+                )))
+            }
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "Permutation indices must be integers, slices or integer arrays, not {}",
+                    key.get_type().name()?
+                )))
+            }
+        };
         let pos = if i < 0 { i + i128::from(n) } else { i };
         if pos < 0 || pos >= i128::from(n) {
             return Err(PyIndexError::new_err(format!(

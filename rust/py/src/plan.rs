@@ -1,6 +1,6 @@
 //! `EpochPlan` and its micro-batch iterator.
 
-use crate::args::{int_arg, opt_int_arg, positions_arg, MAX_I64, MAX_U64};
+use crate::args::{bool_arg, int_arg, opt_int_arg, sample_ids_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
@@ -8,7 +8,7 @@ use epochplan_core::{Order, FORMAT_VERSION};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 /// The keys of a state dict, in order.
 const STATE_KEYS: [&str; 10] = [
@@ -23,17 +23,6 @@ const STATE_KEYS: [&str; 10] = [
     "drop_last",
     "cursor",
 ];
-
-fn bool_arg(obj: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<bool> {
-    match obj {
-        None => Ok(false),
-        Some(o) if o.is_instance_of::<PyBool>() => o.extract(),
-        Some(o) => Err(PyTypeError::new_err(format!(
-            "{name} must be a bool, got {}",
-            o.get_type().name()?
-        ))),
-    }
-}
 
 /// An epoch cut into global steps and dealt to ranks: exact, equal-step,
 /// weighted, elastic and resumable.
@@ -73,7 +62,10 @@ impl EpochPlan {
             "cipher",
         )?;
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let drop_last = bool_arg(drop_last, "drop_last")?;
+        let drop_last = match drop_last {
+            Some(d) if !d.is_none() => bool_arg(d, "drop_last")?,
+            _ => false,
+        };
         let cursor = opt_int_arg(cursor, "cursor", 0, MAX_I64)?.unwrap_or(0);
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
         let plan = Plan::new(order, g, drop_last, cursor).py()?;
@@ -243,7 +235,7 @@ impl EpochPlan {
         let step = int_arg(step, "step", 0, MAX_I64)?;
         let (rank, w) = rank_args(rank, world_size)?;
         let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        let (ids, _) = positions_arg(ids, "ids", MAX_I64)?;
+        let ids = sample_ids_arg(ids, "ids", self.plan.num_samples())?;
         let batches = self.plan.split_step(step, rank, w, b, &ids).py()?;
         batch_list(py, batches)
     }

@@ -1,15 +1,15 @@
 //! Plan files: writing, verifying and checking rank `.npy` files, with the
 //! GIL released and a progress callback that holds it only while it runs.
 
-use crate::args::{int_arg, MAX_I64, MAX_U64};
+use crate::args::{bool_arg, int_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::kind_arg;
 use epochplan_core::plan::Plan;
 use epochplan_core::planfile::{self, ExpectedFile};
 use epochplan_core::{Kind, Order};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes};
+use pyo3::types::PyBytes;
 use std::path::PathBuf;
 
 /// The plan's parameters, as a dict with these keys.
@@ -36,13 +36,7 @@ fn parse_plan(args: &PlanArgs<'_>) -> PyResult<(u64, u64, u64, u64, Kind, bool)>
         args.chunk_size.as_ref(),
         args.preload_nchunks.as_ref(),
     )?;
-    if !args.drop_last.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "drop_last must be a bool, got {}",
-            args.drop_last.get_type().name()?
-        )));
-    }
-    let drop_last: bool = args.drop_last.extract()?;
+    let drop_last = bool_arg(&args.drop_last, "drop_last")?;
     Ok((n, g, seed, epoch, kind, drop_last))
 }
 

@@ -5,16 +5,15 @@
 //! the Python wrapper) and WARNING records on the
 //! `epochplan.compat.streaming` logger.
 
-use crate::args::{int_arg, opt_int_arg, str_arg, MAX_I64};
+use crate::args::{int_arg, int_value, opt_int_arg, str_arg, MAX_I64};
 use crate::errors::{to_py, IntoPyResult};
 use epochplan_core::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
 use epochplan_core::Error;
 use numpy::{IntoPyArray, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyTypeError, PyUserWarning};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyUserWarning};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyString};
 use std::ffi::CString;
 
 /// The logger Streaming's log messages go to.
@@ -136,24 +135,14 @@ pub fn streaming_partitions<'py>(
 /// An index argument in `[0, len)`: TypeError for non-integers, IndexError
 /// naming the argument and its range otherwise.
 fn index_arg(obj: &Bound<'_, PyAny>, name: &str, len: u64, what: &str) -> PyResult<u64> {
-    if obj.is_instance_of::<PyBool>()
-        || obj.is_instance_of::<PyFloat>()
-        || obj.is_instance_of::<PyString>()
-        || !obj.hasattr("__index__")?
-    {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, got {}",
-            obj.get_type().name()?
-        )));
-    }
-    let value = obj.call_method0("__index__")?;
-    match value.extract::<i128>() {
-        Ok(v) if v >= 0 && v < i128::from(len) => Ok(v as u64),
-        _ => Err(PyIndexError::new_err(format!(
-            "{name} must be in [0, {len}) ({what} = {len}), got {}",
-            value.str()?
-        ))),
-    }
+    let got = match int_value(obj, name)? {
+        Ok(v) if v >= 0 && v < i128::from(len) => return Ok(v as u64),
+        Ok(v) => v.to_string(),
+        Err(huge) => huge,
+    };
+    Err(PyIndexError::new_err(format!(
+        "{name} must be in [0, {len}) ({what} = {len}), got {got}"
+    )))
 }
 
 /// One rank's part of Streaming's `get_partitions`: `full[node, rank]`, of
