@@ -147,6 +147,12 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
         ({"kind": "chunked"}, ValueError),
         ({"chunk_size": 4}, ValueError),
         ({"drop_last": 1}, TypeError),
+        ({"drop_last": None}, TypeError),
+        ({"epochs": None}, TypeError),
+        ({"epochs": "01"}, TypeError),
+        ({"progress": 5}, TypeError),
+        ({"kind": "chunked", "chunk_size": 2.5}, TypeError),
+        ({"kind": "uniform", "chunk_size": 4}, ValueError),
         ({"num_samples": 10**18}, PlanError),  # more than the disk
     ],
 )
@@ -217,6 +223,13 @@ def test_missing_rank_file(plan_dir: Path) -> None:
         ({"world_size": 5}, "lists 8 files, expected 2 epochs x 5 ranks"),
         ({"epochs": [0, 0]}, "duplicates"),
         ({"kind": "fancy"}, "unknown kind"),
+        ({"seed": -1}, "bad plan parameters: seed must be an int in"),
+        ({"seed": 2**64}, "bad plan parameters: seed must be an int in"),
+        ({"num_steps": 40.0}, "num_steps is 40.0"),
+        ({"chunk_size": 4.7}, "'chunk_size' has the wrong type"),
+        ({"preload_nchunks": True}, "'preload_nchunks' has the wrong type"),
+        ({"chunk_size": "abc"}, "'chunk_size' has the wrong type"),
+        ({"chunk_size": 4}, "bad plan parameters: chunk_size"),
     ],
 )
 def test_bad_manifest(plan_dir: Path, change: dict[str, object], match: str) -> None:
@@ -225,6 +238,46 @@ def test_bad_manifest(plan_dir: Path, change: dict[str, object], match: str) -> 
         open_plan(plan_dir)
     with pytest.raises(PlanError, match=match):
         verify_plan(plan_dir)
+
+
+@pytest.mark.parametrize("key", ["count", "bytes"])
+def test_float_sizes_in_the_manifest(plan_dir: Path, key: str) -> None:
+    # 38.0 == 38 in Python: each entry's numbers must be ints, not just equal.
+    m = json.loads((plan_dir / MANIFEST).read_text())
+    m["files"][0][key] = float(m["files"][0][key])
+    (plan_dir / MANIFEST).write_text(json.dumps(m))
+    match = rf"manifest\.json: files\[0\] '{key}' is \d+\.0, expected \d+"
+    with pytest.raises(PlanError, match=match):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match=match):
+        verify_plan(plan_dir)
+
+
+def test_paths_and_callbacks_are_checked_first(plan_dir: Path) -> None:
+    with pytest.raises(TypeError, match="out must be a path"):
+        write_plan(None, 10, 2, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="path must be a path"):
+        open_plan(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="path must be a path"):
+        verify_plan(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="progress must be callable"):
+        verify_plan(plan_dir, progress=5)  # type: ignore[arg-type]
+
+
+def test_numpy_scalars_as_plan_arguments(tmp_path: Path) -> None:
+    d = write_plan(
+        tmp_path / "p",
+        np.int64(100),
+        np.int64(10),
+        np.int64(2),
+        kind="chunked",
+        chunk_size=np.int64(4),
+        preload_nchunks=np.uint8(2),
+        drop_last=np.True_,
+    )
+    assert d.manifest["chunk_size"] == 4 and type(d.manifest["chunk_size"]) is int
+    assert d.drop_last is True
+    verify_plan(d.path)
 
 
 def test_missing_or_broken_manifest(plan_dir: Path, tmp_path: Path) -> None:

@@ -86,6 +86,18 @@ def _int(value: Any, name: str, lo: int, hi: int | None = None) -> int:
     return number
 
 
+def _path(value: Any, name: str) -> Path:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+    return Path(value)
+
+
+def _progress(value: Any) -> Progress | None:
+    if value is not None and not callable(value):
+        raise TypeError(f"progress must be callable or None, got {type(value).__name__}")
+    return value  # type: ignore[no-any-return]
+
+
 def _plan_params(
     num_samples: int,
     global_batch_size: int,
@@ -104,6 +116,26 @@ def _plan_params(
         "preload_nchunks": preload_nchunks,
         "drop_last": drop_last,
     }
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """Checks a plan's parameters with the library's own messages, without
+    building a uniform order (a full permutation, slow at large N)."""
+    kind = params["kind"]
+    chunked = params["chunk_size"] is not None or params["preload_nchunks"] is not None
+    if kind == "uniform" and chunked:
+        raise ValueError(
+            "chunk_size and preload_nchunks apply to kind='chunked' only, not kind=\"uniform\""
+        )
+    EpochPlan(
+        params["num_samples"],
+        params["global_batch_size"],
+        seed=params["seed"],
+        kind="identity" if kind == "uniform" else kind,
+        chunk_size=params["chunk_size"],
+        preload_nchunks=params["preload_nchunks"],
+        drop_last=params["drop_last"],
+    )
 
 
 def _sizes_plan(params: dict[str, Any]) -> EpochPlan:
@@ -252,8 +284,10 @@ def write_plan(
     global_batch_size = _int(global_batch_size, "global_batch_size", 1, _native.MAX_SAMPLES)
     world_size = _int(world_size, "world_size", 1, MAX_FILES)
     seed = _int(seed, "seed", 0, 2**64 - 1)
-    if isinstance(epochs, (int, np.integer)):
+    if isinstance(epochs, (int, np.integer, str)) or not isinstance(epochs, Iterable):
         raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
+    out = _path(out, "out")
+    progress = _progress(progress)
     epoch_list = [_int(e, "epochs[]", 0, 2**64 - 1) for e in epochs]
     if not epoch_list:
         raise ValueError("epochs must not be empty")
@@ -264,23 +298,20 @@ def write_plan(
             f"world_size * len(epochs) must be at most {MAX_FILES} files, "
             f"got {world_size} * {len(epoch_list)}"
         )
-    if not isinstance(drop_last, bool):
+    if not isinstance(drop_last, (bool, np.bool_)):
         raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
+    drop_last = bool(drop_last)
+    # Plain ints for the manifest (numpy ints are not JSON); the ranges are
+    # checked below with the library's own messages.
+    if chunk_size is not None:
+        chunk_size = _int(chunk_size, "chunk_size", 1)
+    if preload_nchunks is not None:
+        preload_nchunks = _int(preload_nchunks, "preload_nchunks", 1)
     params = _plan_params(
         num_samples, global_batch_size, seed, kind, chunk_size, preload_nchunks, drop_last
     )
-    # Checks kind and the chunked parameters with the library's own messages.
-    EpochPlan(
-        num_samples,
-        global_batch_size,
-        seed=seed,
-        kind="identity" if kind == "uniform" else kind,
-        chunk_size=chunk_size,
-        preload_nchunks=preload_nchunks,
-        drop_last=drop_last,
-    )
+    _check_params(params)
 
-    out = Path(out)
     try:
         sizes, counts, total_bytes, tmp = _prepare_output(
             out, force, params, world_size, len(epoch_list)
@@ -528,7 +559,7 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
             version, a missing or resized file, or (when ``world_size`` is
             given) a plan written for another world size.
     """
-    root = Path(path)
+    root = _path(path, "path")
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise PlanError(f"{root}: {what}")
@@ -566,6 +597,9 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
     m = d.manifest
     for key in ("num_samples", "global_batch_size", "world_size", "seed"):
         _field(m, key, int, mpath)
+    for key in ("chunk_size", "preload_nchunks"):
+        if m.get(key) is not None:
+            _field(m, key, int, mpath)
     kind = _field(m, "kind", str, mpath)
     if kind not in _KINDS:
         raise PlanError(f"{mpath}: unknown kind {kind!r}")
@@ -581,18 +615,21 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
         raise PlanError(
             f"{mpath}: lists {len(files)} files, expected {len(epochs)} epochs x {w} ranks"
         )
+    params = _plan_params(
+        d.num_samples,
+        d.global_batch_size,
+        d.seed,
+        kind,
+        d.chunk_size,
+        d.preload_nchunks,
+        d.drop_last,
+    )
     try:
-        sizes = EpochPlan(
-            d.num_samples,
-            d.global_batch_size,
-            kind="identity" if kind == "uniform" else kind,
-            chunk_size=d.chunk_size,
-            preload_nchunks=d.preload_nchunks,
-            drop_last=d.drop_last,
-        )
+        _check_params(params)
     except (ValueError, TypeError, OverflowError) as e:
         raise PlanError(f"{mpath}: bad plan parameters: {e}") from None
-    if m.get("num_steps") != sizes.num_steps:
+    sizes = _sizes_plan(params)
+    if type(m.get("num_steps")) is not int or m.get("num_steps") != sizes.num_steps:
         raise PlanError(
             f"{mpath}: num_steps is {m.get('num_steps')!r}, the parameters give {sizes.num_steps}"
         )
@@ -610,7 +647,8 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
             "bytes": _native.npy_file_size(counts[rank]),
         }
         for key, value in want.items():
-            if entry.get(key) != value:
+            # The exact type too: 38.0 equals 38 but is no count.
+            if type(entry.get(key)) is not type(value) or entry.get(key) != value:
                 raise PlanError(
                     f"{mpath}: files[{i}] {key!r} is {entry.get(key)!r}, expected {value!r}"
                 )
@@ -648,6 +686,7 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     Raises:
         PlanError: naming the file and its first violation.
     """
+    progress = _progress(progress)
     d = open_plan(path)
     avail = _available_memory()
     need, what = d.num_samples // 8, "a bitmap of N/8"
