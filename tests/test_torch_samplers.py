@@ -119,6 +119,20 @@ def test_bad_rank_errors_match_torch() -> None:
         et.ChunkSampler(4, 0, 1, 2, num_replicas=1, rank=0)
 
 
+def test_sampler_arguments_are_checked_when_built() -> None:
+    with pytest.raises(ValueError, match=r"num_replicas must be in \[1, 2\*\*63 - 1\]"):
+        et.ElasticBatchSampler(10, 4, 2, num_replicas=2**63, rank=0)
+    with pytest.raises(ValueError, match="data_source_or_num_samples"):
+        et.ElasticBatchSampler(2**63, 4, 2, num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="num_replicas must be an int, got ndarray"):
+        et.ElasticBatchSampler(10, 4, 2, num_replicas=np.array(2.0), rank=0)
+    for bad in (None, 1, "yes"):
+        with pytest.raises(TypeError, match="drop_last must be a bool"):
+            et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0, drop_last=bad)  # type: ignore[arg-type]
+    sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0, drop_last=np.True_)
+    assert sampler.drop_last is True and len(sampler) == 4
+
+
 def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
+from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
 __all__ = [
@@ -77,7 +78,17 @@ def set_rank_provider(fn: RankProvider | None) -> None:
 def _int_arg(value: object, name: str) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    return operator.index(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        # e.g. a float or multi-element array, whose __index__ refuses.
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
+def _bool_arg(value: object, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
 
 
 def _env_int(name: str) -> int:
@@ -131,11 +142,14 @@ def resolve_rank(
         source, (found_rank, found_world) = found
         num_replicas = found_world if num_replicas is None else num_replicas
         rank = found_rank if rank is None else rank
+    where = "" if source == "arguments" else f" (from {source})"
+    # torch's message first (a drop-in), then the bound torch does not check.
     if rank >= num_replicas or rank < 0:
-        where = "" if source == "arguments" else f" (from {source})"
         raise ValueError(
             f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]{where}"
         )
+    if num_replicas > _MAX_SAMPLES:
+        raise ValueError(f"num_replicas must be in [1, 2**63 - 1], got {num_replicas}{where}")
     return rank, num_replicas
 
 
@@ -180,8 +194,8 @@ def _num_samples_of(value: object, name: str) -> int:
         n = len(value)
     else:
         raise TypeError(f"{name} must be an int or a sized dataset, got {type(value).__name__}")
-    if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {n}")
+    if not 0 <= n <= _MAX_SAMPLES:
+        raise ValueError(f"{name} must hold [0, 2**63 - 1] samples, got {n}")
     return n
 
 
@@ -638,7 +652,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self.global_batch_size = global_batch_size
         self.seed = seed
         self.kind = kind
-        self.drop_last = drop_last
+        self.drop_last = _bool_arg(drop_last, "drop_last")
         self.chunk_size = chunk_size
         self.preload_nchunks = preload_nchunks
         self.epoch = 0
