@@ -38,12 +38,20 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 _NUMBER = re.compile(r"^\s*(\d[\d_]*)\s*(?:(?:\*\*|\^)\s*(\d+)|[eE]\+?(\d+))?\s*$")
 
 
+_MAX_I64 = 2**63 - 1
+_MAX_U64 = 2**64 - 1
+
+
+class UsageError(ValueError):
+    """A combination of arguments that cannot work (exit status 2)."""
+
+
 def count(text: str) -> int:
     """A non-negative integer, also written as ``1e9``, ``10**9``, ``10^9``, ``1_000``."""
     m = _NUMBER.match(text)
-    if m is None:
+    if m is None or len(m.group(1)) > 40:
         raise argparse.ArgumentTypeError(
-            f"expected a non-negative integer (like 1000, 1e9), got {text!r}"
+            f"expected a non-negative integer (like 1000, 1e9), got {text[:40]!r}"
         )
     base = int(m.group(1).replace("_", ""))
     if m.group(2) is not None:
@@ -59,12 +67,23 @@ def count(text: str) -> int:
     return base
 
 
-def positive(text: str) -> int:
-    """An integer >= 1 (see :func:`count`)."""
-    value = count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
+def _in_range(lo: int, hi: int) -> Callable[[str], int]:
+    """An argument type: an integer in ``[lo, hi]`` (see :func:`count`)."""
+    top = {_MAX_I64: "2**63 - 1", _MAX_U64: "2**64 - 1"}.get(hi, str(hi))
+
+    def parse(text: str) -> int:
+        value = count(text)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {top}], got {text!r}")
+        return value
+
+    return parse
+
+
+#: Sample counts and sizes (int64), and seeds and epochs (uint64).
+samples = _in_range(0, _MAX_I64)
+positive = _in_range(1, _MAX_I64)
+key = _in_range(0, _MAX_U64)
 
 
 def _peak_rss_bytes() -> int:
@@ -182,7 +201,7 @@ def _add_plan(sub: Any) -> None:
     p.add_argument(
         "-n",
         "--num-samples",
-        type=count,
+        type=samples,
         default=10**9,
         metavar="N",
         help="samples per epoch (default 10^9)",
@@ -211,8 +230,8 @@ def _add_plan(sub: Any) -> None:
         metavar="DIR",
         help="the plan directory to create (default: a temporary one)",
     )
-    p.add_argument("--seed", type=count, default=0, metavar="S", help="default 0")
-    p.add_argument("--epoch", type=count, default=0, metavar="E", help="first epoch (default 0)")
+    p.add_argument("--seed", type=key, default=0, metavar="S", help="default 0")
+    p.add_argument("--epoch", type=key, default=0, metavar="E", help="first epoch (default 0)")
     p.add_argument(
         "--epochs",
         type=positive,
@@ -257,12 +276,22 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from epochplan.planfile import verify_plan, write_plan
+    from epochplan.planfile import MAX_FILES, verify_plan, write_plan
 
     if args.kind == "chunked" and args.chunk_size is None:
-        raise ValueError("--kind chunked needs --chunk-size")
+        raise UsageError("--kind chunked needs --chunk-size")
     if args.kind != "chunked" and (args.chunk_size or args.preload_nchunks):
-        raise ValueError("--chunk-size and --preload-nchunks apply to --kind chunked only")
+        raise UsageError("--chunk-size and --preload-nchunks apply to --kind chunked only")
+    if args.world_size * args.epochs > MAX_FILES:
+        raise UsageError(
+            f"--world-size * --epochs must be at most {MAX_FILES} files, "
+            f"got {args.world_size} * {args.epochs}"
+        )
+    if args.epoch + args.epochs - 1 > _MAX_U64:
+        raise UsageError(
+            f"the last epoch (--epoch + --epochs - 1) must be at most 2**64 - 1, "
+            f"got {args.epoch} + {args.epochs} - 1"
+        )
     temp_root = None
     out = args.out
     if out is None:
@@ -385,10 +414,10 @@ def _add_permute(sub: Any) -> None:
         formatter_class=_Help,
     )
     p.add_argument(
-        "-n", "--num-samples", type=count, default=10**8, metavar="N", help="default 10^8"
+        "-n", "--num-samples", type=samples, default=10**8, metavar="N", help="default 10^8"
     )
-    p.add_argument("--seed", type=count, default=0, metavar="S")
-    p.add_argument("--epoch", type=count, default=0, metavar="E")
+    p.add_argument("--seed", type=key, default=0, metavar="S")
+    p.add_argument("--epoch", type=key, default=0, metavar="E")
     p.add_argument(
         "--kind",
         default="uniform",
@@ -468,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
+    except UsageError as e:
+        print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
