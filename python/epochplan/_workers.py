@@ -46,6 +46,12 @@ def worker_shard(
     worker_id, num_workers = operator.index(worker_id), operator.index(num_workers)
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if num_workers > sys.maxsize:
+        raise ValueError(f"num_workers must be at most {sys.maxsize}, got {num_workers}")
     if not 0 <= worker_id < num_workers:
         raise ValueError(f"worker_id must be in [0, {num_workers - 1}], got {worker_id}")
-    return itertools.islice(items, worker_id, None, num_workers)
+    try:
+        it = iter(items)
+    except TypeError:
+        raise TypeError(f"items must be iterable, got {type(items).__name__}") from None
+    return itertools.islice(it, worker_id, None, num_workers)
