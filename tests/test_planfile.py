@@ -301,6 +301,9 @@ def test_world_size_epoch_and_rank_must_match(plan_dir: Path) -> None:
         d.rank_ids(7, 0)
     with pytest.raises(PlanError, match=r"rank must be in \[0, 3\]"):
         d.rank_ids(0, 4)
+    with pytest.raises(TypeError, match="world_size must be an int, got str"):
+        d.rank_ids(0, 1, world_size="4")  # type: ignore[arg-type]
+    assert len(d.rank_ids(0, 1, world_size=np.int64(4))) == 10_000
 
 
 def _rewrite_ids(d: Path, epoch: int, rank: int, edit: object) -> None:

@@ -175,6 +175,8 @@ def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         et.resolve_rank(rank_fn=lambda: (3, 3))
     with pytest.raises(TypeError, match="fn must be callable"):
         et.set_rank_provider(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="rank_fn must be callable or None, got int"):
+        et.resolve_rank(rank_fn=5)  # type: ignore[arg-type]
 
 
 @given(n=st.integers(0, 300), w=st.integers(1, 9), shuffle=st.booleans(), seed=st.integers(0, 9))

@@ -168,6 +168,8 @@ def _implicit_rank(rank_fn: RankProvider | None) -> tuple[str, tuple[int, int]] 
             _env_int("RANK"),
             _env_int("WORLD_SIZE"),
         )
+    if rank_fn is not None and not callable(rank_fn):
+        raise TypeError(f"rank_fn must be callable or None, got {type(rank_fn).__name__}")
     fn = rank_fn if rank_fn is not None else _rank_provider
     if fn is None:
         return None
