@@ -94,6 +94,8 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("take objects", lambda: P.take(np.array([1, None], dtype=object)), TypeError, "positions"),
     ("take None", lambda: P.take(None), TypeError, "positions"),
     ("take from empty", lambda: ep.Permutation(0).take([0]), IndexError, "positions"),
+    ("take 2**64", lambda: P.take([2**64]), IndexError, "positions must be in [-100, 100)"),
+    ("take -2**70", lambda: P.take([1, -(2**70)]), IndexError, "got a value outside int64"),
     ("take ragged", lambda: P.take([[1], [2, 3]]), ValueError, "positions must be an array"),
     # plans
     (

@@ -5,7 +5,7 @@
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyString};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
 /// The largest sample count and position: ids are int64.
 pub const MAX_I64: u64 = i64::MAX as u64;
@@ -114,8 +114,8 @@ pub fn str_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
 
 /// An integer array of any shape (anything numpy's `asarray` takes) as int64
 /// values and its shape. Other dtypes raise TypeError naming `name`; `None`
-/// comes back for a uint64 value above 2**63 - 1, for the caller's range
-/// message.
+/// comes back for a value outside int64 (a large uint64 or Python int), for
+/// the caller's range message.
 #[allow(clippy::type_complexity)]
 fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>, Vec<usize>)>> {
     let py = obj.py();
@@ -136,6 +136,10 @@ fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>,
         // `take([])`: an empty list is a float64 array to numpy, and numpy's
         // own `take` accepts it.
         return Ok(Some((Vec::new(), shape)));
+    }
+    if kind == "O" && all_python_ints(&arr)? {
+        // Python ints beyond every numpy integer type.
+        return Ok(None);
     }
     if kind != "i" && kind != "u" {
         return Err(PyTypeError::new_err(format!(
@@ -158,6 +162,18 @@ fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>,
     Ok(Some((values, shape)))
 }
 
+/// Whether an object array holds only Python ints (not bools).
+fn all_python_ints(arr: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let items = arr.call_method0("ravel")?.call_method0("tolist")?;
+    for item in items.try_iter()? {
+        let item = item?;
+        if !item.is_instance_of::<PyInt>() || item.is_instance_of::<PyBool>() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// An array of positions as int64 values of any shape (see [`int64_array`]);
 /// negative positions count from the end of a sequence of `len` items, as in
 /// numpy's `take`. Positions out of range raise IndexError.
@@ -168,7 +184,7 @@ pub fn positions_arg(
 ) -> PyResult<(Vec<i64>, Vec<usize>)> {
     let Some((mut values, shape)) = int64_array(obj, name)? else {
         return Err(PyIndexError::new_err(format!(
-            "{name} must be in [-{len}, {len}), got a value above 2**63 - 1"
+            "{name} must be in [-{len}, {len}), got a value outside int64"
         )));
     };
     for v in values.iter_mut() {
@@ -192,7 +208,7 @@ pub fn sample_ids_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> P
         ))
     };
     let Some((values, shape)) = int64_array(obj, name)? else {
-        return Err(out_of_range("a value above 2**63 - 1".to_string()));
+        return Err(out_of_range("a value outside int64".to_string()));
     };
     if shape.len() != 1 {
         return Err(PyValueError::new_err(format!(
