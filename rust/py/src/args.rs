@@ -32,6 +32,10 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
             obj.get_type().name()?
         )))
     };
+    if obj.is_exact_instance_of::<PyInt>() {
+        // The common case, without the call to `__index__`.
+        return Ok(obj.extract::<i128>().map_err(|_| describe_huge(obj)));
+    }
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()
         || obj.is_instance_of::<PyString>()

@@ -7,7 +7,7 @@ use epochplan_core::{parallel, Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PySlice, PyString, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PySlice, PyString, PyTuple};
 
 /// Parses `kind` (+ the chunked parameters) from Python arguments.
 pub fn kind_arg(
@@ -153,11 +153,14 @@ impl Permutation {
             };
             return Ok(Self::array(py, ids).into_any());
         }
-        let is_array = key
-            .getattr("ndim")
-            .and_then(|d| d.extract::<usize>())
-            .is_ok_and(|d| d > 0);
-        if is_array || key.is_instance_of::<PyList>() {
+        // Python ints skip the array test (the common case, kept cheap).
+        let is_array = !key.is_instance_of::<PyInt>()
+            && (key.is_instance_of::<PyList>()
+                || key
+                    .getattr("ndim")
+                    .and_then(|d| d.extract::<usize>())
+                    .is_ok_and(|d| d > 0));
+        if is_array {
             // An array of positions, as numpy's integer array indexing.
             return self.take(py, key);
         }
