@@ -174,6 +174,38 @@ def test_array_indexing_is_take_and_numpy_bools_are_bools() -> None:
     assert not ep.EpochPlan(10, 3, drop_last=np.False_).drop_last
 
 
+class _Interrupting:
+    """An integer-like (and array-like) object whose conversion is interrupted."""
+
+    def __index__(self) -> int:
+        raise KeyboardInterrupt
+
+    def __array__(self, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+
+def test_interrupts_in_conversions_pass_through() -> None:
+    # Only TypeError and ValueError of a conversion become the argument's
+    # error; Ctrl-C (or any other exception) stays what it is.
+    for call in (
+        lambda: ep.Permutation(_Interrupting()),
+        lambda: P[_Interrupting()],
+        lambda: P.take(_Interrupting()),
+        lambda: PLAN.split_step(0, 0, 1, 2, _Interrupting()),
+    ):
+        with pytest.raises(KeyboardInterrupt):
+            call()
+
+
+def test_object_arrays_of_ints_are_positions() -> None:
+    ids = np.array([1, 2, 99], dtype=object)
+    assert np.array_equal(P.take(ids), P.take([1, 2, 99]))
+    assert np.array_equal(P[ids], P.take([1, 2, 99]))
+    assert P.take(np.array([], dtype=object)).shape == (0,)
+    with pytest.raises(TypeError, match="positions must be an array of integers"):
+        P.take(np.array([1, 1.5], dtype=object))
+
+
 def test_limits_are_accepted() -> None:
     p = ep.Permutation(MAX, seed=2**64 - 1, epoch=2**64 - 1)
     assert 0 <= p[MAX - 1] < MAX

@@ -3,7 +3,7 @@
 //! messages that name the argument and its allowed range.
 
 use numpy::{PyArrayDyn, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
@@ -21,32 +21,35 @@ fn describe(hi: u64) -> String {
 }
 
 /// The value of an integer argument: anything with `__index__` (Python and
-/// numpy integers) but bool; float, str and objects whose `__index__` fails
-/// (a float or multi-element array, say) raise TypeError naming `name`. An
-/// integer beyond 128 bits comes back as `Err` with a short description of
-/// it for the caller's range message.
+/// numpy integers, 0-d integer arrays) but bool; float, str and objects whose
+/// `__index__` fails (a float or multi-element array, say) raise TypeError
+/// naming `name`, other errors (an interrupt, say) pass through. An integer
+/// beyond 128 bits comes back as `Err` with a short description of it for
+/// the caller's range message.
 pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, String>> {
+    let py = obj.py();
     let not_an_int = || -> PyResult<PyErr> {
         Ok(PyTypeError::new_err(format!(
             "{name} must be an int, got {}",
             obj.get_type().name()?
         )))
     };
-    if obj.is_exact_instance_of::<PyInt>() {
-        // The common case, without the call to `__index__`.
-        return Ok(obj.extract::<i128>().map_err(|_| describe_huge(obj)));
-    }
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()
         || obj.is_instance_of::<PyString>()
-        || !obj.hasattr("__index__")?
     {
         return Err(not_an_int()?);
     }
-    let Ok(value) = obj.call_method0("__index__") else {
-        return Err(not_an_int()?);
-    };
-    Ok(value.extract::<i128>().map_err(|_| describe_huge(&value)))
+    // pyo3 reads integers through `__index__` (`operator.index`).
+    match obj.extract::<i128>() {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+            let value = py.import("operator")?.call_method1("index", (obj,))?;
+            Ok(Err(describe_huge(&value)))
+        }
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => Err(not_an_int()?),
+        Err(e) => Err(e),
+    }
 }
 
 /// A short description of an integer too large to print in a message
@@ -128,8 +131,10 @@ fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>,
         let message = format!("{name} must be an array of integers: {}", e.value(py));
         if e.is_instance_of::<PyValueError>(py) {
             PyValueError::new_err(message)
-        } else {
+        } else if e.is_instance_of::<PyTypeError>(py) {
             PyTypeError::new_err(message)
+        } else {
+            e
         }
     })?;
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
@@ -141,11 +146,16 @@ fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>,
         // own `take` accepts it.
         return Ok(Some((Vec::new(), shape)));
     }
+    let mut arr = arr;
     if kind == "O" && all_python_ints(&arr)? {
-        // Python ints beyond every numpy integer type.
-        return Ok(None);
-    }
-    if kind != "i" && kind != "u" {
+        // An object array of Python ints: what numpy makes of ints beyond
+        // its integer types (or a caller's own); in range, they are positions.
+        match arr.call_method1("astype", (np.getattr("int64")?,)) {
+            Ok(ints) => arr = ints,
+            Err(e) if e.is_instance_of::<PyOverflowError>(py) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    } else if kind != "i" && kind != "u" {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an array of integers, got dtype {}",
             arr.getattr("dtype")?.str()?
@@ -215,8 +225,10 @@ pub fn sample_ids_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> P
         return Err(out_of_range("a value outside int64".to_string()));
     };
     if shape.len() != 1 {
+        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
         return Err(PyValueError::new_err(format!(
-            "{name} must be a 1-d array of sample ids, got shape {shape:?}"
+            "{name} must be a 1-d array of sample ids, got shape ({})",
+            dims.join(", ")
         )));
     }
     match values.iter().find(|&&v| v < 0 || v as u64 >= num_samples) {
@@ -228,8 +240,10 @@ pub fn sample_ids_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> P
 /// A bool argument: Python's bool or numpy's; TypeError naming `name`
 /// otherwise (ints included, to catch arguments passed in the wrong place).
 pub fn bool_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
-    let numpy_bool = obj.py().import("numpy")?.getattr("bool_")?;
-    if obj.is_instance_of::<PyBool>() || obj.is_instance(&numpy_bool)? {
+    if obj.is_instance_of::<PyBool>() {
+        return obj.is_truthy();
+    }
+    if obj.is_instance(&obj.py().import("numpy")?.getattr("bool_")?)? {
         return obj.is_truthy();
     }
     Err(PyTypeError::new_err(format!(

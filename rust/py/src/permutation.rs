@@ -171,12 +171,13 @@ impl Permutation {
                     "index must be in [-{n}, {n}), got {huge}"
                 )))
             }
-            Err(_) => {
+            Err(e) if e.is_instance_of::<PyTypeError>(py) => {
                 return Err(PyTypeError::new_err(format!(
                     "Permutation indices must be integers, slices or integer arrays, not {}",
                     key.get_type().name()?
                 )))
             }
+            Err(e) => return Err(e),
         };
         let pos = if i < 0 { i + i128::from(n) } else { i };
         if pos < 0 || pos >= i128::from(n) {
