@@ -270,7 +270,7 @@ def test_worker_shard_preserves_plan_order() -> None:
         list(ep.worker_shard(items, 3, 3))
     with pytest.raises(ValueError, match="num_workers"):
         list(ep.worker_shard(items, 0, 0))
-    with pytest.raises(ValueError, match="num_workers must be at most"):
+    with pytest.raises(ValueError, match=r"num_workers must be an int in \[1, 2\*\*63 - 1\]"):
         list(ep.worker_shard(items, 1, 2**70))
     with pytest.raises(TypeError, match="items must be iterable, got int"):
         ep.worker_shard(5, 0, 1)  # type: ignore[call-overload]

@@ -150,6 +150,9 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
         ({"drop_last": None}, TypeError),
         ({"epochs": None}, TypeError),
         ({"epochs": "01"}, TypeError),
+        ({"epochs": b"01"}, TypeError),
+        ({"epochs": {0: 1}}, TypeError),
+        ({"epochs": np.array(0)}, TypeError),
         ({"progress": 5}, TypeError),
         ({"kind": "chunked", "chunk_size": 2.5}, TypeError),
         ({"kind": "uniform", "chunk_size": 4}, ValueError),
@@ -253,6 +256,11 @@ def test_float_sizes_in_the_manifest(plan_dir: Path, key: str) -> None:
         verify_plan(plan_dir)
 
 
+def test_chunk_parameter_ranges_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"chunk_size must be an int in \[1, 2\*\*63 - 1\], got 0"):
+        write_plan(tmp_path / "p", 100, 10, 2, kind="chunked", chunk_size=0)
+
+
 def test_paths_and_callbacks_are_checked_first(plan_dir: Path) -> None:
     with pytest.raises(TypeError, match="out must be a path"):
         write_plan(None, 10, 2, 1)  # type: ignore[arg-type]
@@ -303,7 +311,10 @@ def test_world_size_epoch_and_rank_must_match(plan_dir: Path) -> None:
         d.rank_ids(0, 4)
     with pytest.raises(TypeError, match="world_size must be an int, got str"):
         d.rank_ids(0, 1, world_size="4")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="written for world_size=4, not 0"):
+        d.rank_ids(0, 1, world_size=0)
     assert len(d.rank_ids(0, 1, world_size=np.int64(4))) == 10_000
+    assert len(d.rank_ids(np.array(1), np.array(2), world_size=np.array(4))) == 10_000
 
 
 def _rewrite_ids(d: Path, epoch: int, rank: int, edit: object) -> None:

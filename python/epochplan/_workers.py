@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import operator
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
+
+from epochplan._args import int_arg
 
 T = TypeVar("T")
 
@@ -40,14 +41,8 @@ def worker_shard(
         worker_id, num_workers = _current_worker()
     if worker_id is None or num_workers is None:
         raise ValueError("worker_id and num_workers must be given together")
-    for name, value in (("worker_id", worker_id), ("num_workers", num_workers)):
-        if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    worker_id, num_workers = operator.index(worker_id), operator.index(num_workers)
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    if num_workers > sys.maxsize:
-        raise ValueError(f"num_workers must be at most {sys.maxsize}, got {num_workers}")
+    worker_id = int_arg(worker_id, "worker_id")
+    num_workers = int_arg(num_workers, "num_workers", 1, sys.maxsize)
     if not 0 <= worker_id < num_workers:
         raise ValueError(f"worker_id must be in [0, {num_workers - 1}], got {worker_id}")
     try:

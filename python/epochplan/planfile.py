@@ -28,7 +28,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan import _native
+from epochplan._args import int_arg
 from epochplan._native import FORMAT_VERSION, EpochPlan
 
 __all__ = [
@@ -74,16 +75,6 @@ class PlanError(ValueError):
 def rank_file_name(epoch: int, rank: int) -> str:
     """The path of a rank file inside a plan directory."""
     return f"epoch-{epoch:04d}/rank-{rank:05d}.npy"
-
-
-def _int(value: Any, name: str, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    number = int(value)
-    if number < lo or (hi is not None and number > hi):
-        top = "" if hi is None else f", {hi}"
-        raise ValueError(f"{name} must be an int in [{lo}{top}], got {number}")
-    return number
 
 
 def _path(value: Any, name: str) -> Path:
@@ -280,15 +271,19 @@ def write_plan(
     Example:
         >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
     """
-    num_samples = _int(num_samples, "num_samples", 0, _native.MAX_SAMPLES)
-    global_batch_size = _int(global_batch_size, "global_batch_size", 1, _native.MAX_SAMPLES)
-    world_size = _int(world_size, "world_size", 1, MAX_FILES)
-    seed = _int(seed, "seed", 0, 2**64 - 1)
-    if isinstance(epochs, (int, np.integer, str)) or not isinstance(epochs, Iterable):
+    num_samples = int_arg(num_samples, "num_samples", 0, _native.MAX_SAMPLES)
+    global_batch_size = int_arg(global_batch_size, "global_batch_size", 1, _native.MAX_SAMPLES)
+    world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
+    seed = int_arg(seed, "seed", 0, 2**64 - 1)
+    if (
+        isinstance(epochs, (int, np.integer, str, bytes, Mapping))
+        or not isinstance(epochs, Iterable)
+        or getattr(epochs, "ndim", 1) == 0
+    ):
         raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
     out = _path(out, "out")
     progress = _progress(progress)
-    epoch_list = [_int(e, "epochs[]", 0, 2**64 - 1) for e in epochs]
+    epoch_list = [int_arg(e, "epochs[]", 0, 2**64 - 1) for e in epochs]
     if not epoch_list:
         raise ValueError("epochs must not be empty")
     if len(set(epoch_list)) != len(epoch_list):
@@ -301,12 +296,11 @@ def write_plan(
     if not isinstance(drop_last, (bool, np.bool_)):
         raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
     drop_last = bool(drop_last)
-    # Plain ints for the manifest (numpy ints are not JSON); the ranges are
-    # checked below with the library's own messages.
+    # Plain ints for the manifest (numpy ints are not JSON).
     if chunk_size is not None:
-        chunk_size = _int(chunk_size, "chunk_size", 1)
+        chunk_size = int_arg(chunk_size, "chunk_size", 1, _native.MAX_SAMPLES)
     if preload_nchunks is not None:
-        preload_nchunks = _int(preload_nchunks, "preload_nchunks", 1)
+        preload_nchunks = int_arg(preload_nchunks, "preload_nchunks", 1, _native.MAX_SAMPLES)
     params = _plan_params(
         num_samples, global_batch_size, seed, kind, chunk_size, preload_nchunks, drop_last
     )
@@ -491,14 +485,13 @@ class PlanDirectory:
         )
 
     def _check_epoch(self, epoch: int) -> None:
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
-            raise TypeError(f"epoch must be an int, got {type(epoch).__name__}")
-        if int(epoch) not in self.epochs:
+        epoch = int_arg(epoch, "epoch")
+        if epoch not in self.epochs:
             raise PlanError(f"{self.path}: epoch {epoch} is not in the plan (epochs {self.epochs})")
 
     def check_world_size(self, world_size: int) -> None:
         """Raises PlanError unless the plan was written for ``world_size`` ranks."""
-        world_size = _int(world_size, "world_size", 1)
+        world_size = int_arg(world_size, "world_size")
         if world_size != self.world_size:
             raise PlanError(
                 f"{self.path}: the plan was written for world_size={self.world_size}, "
@@ -508,13 +501,12 @@ class PlanDirectory:
     def file_entry(self, epoch: int, rank: int) -> dict[str, Any]:
         """The manifest's entry of one rank file."""
         self._check_epoch(epoch)
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        rank = int_arg(rank, "rank")
         if not 0 <= rank < self.world_size:
             raise PlanError(
                 f"{self.path}: rank must be in [0, {self.world_size - 1}] for this plan, got {rank}"
             )
-        index = self.epochs.index(int(epoch)) * self.world_size + int(rank)
+        index = self.epochs.index(int_arg(epoch, "epoch")) * self.world_size + rank
         entry: dict[str, Any] = self.manifest["files"][index]
         return entry
 

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
+from epochplan._args import int_arg
 from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
@@ -75,16 +76,6 @@ def set_rank_provider(fn: RankProvider | None) -> None:
     _rank_provider = fn
 
 
-def _int_arg(value: object, name: str) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        # e.g. a float or multi-element array, whose __index__ refuses.
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-
-
 def _bool_arg(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
@@ -122,10 +113,12 @@ def resolve_rank(
         >>> resolve_rank(4, 1)
         (1, 4)
     """
+    if rank_fn is not None and not callable(rank_fn):
+        raise TypeError(f"rank_fn must be callable or None, got {type(rank_fn).__name__}")
     if num_replicas is not None:
-        num_replicas = _int_arg(num_replicas, "num_replicas")
+        num_replicas = int_arg(num_replicas, "num_replicas")
     if rank is not None:
-        rank = _int_arg(rank, "rank")
+        rank = int_arg(rank, "rank")
     source = "arguments"
     if num_replicas is None or rank is None:
         found = _implicit_rank(rank_fn)
@@ -168,8 +161,6 @@ def _implicit_rank(rank_fn: RankProvider | None) -> tuple[str, tuple[int, int]] 
             _env_int("RANK"),
             _env_int("WORLD_SIZE"),
         )
-    if rank_fn is not None and not callable(rank_fn):
-        raise TypeError(f"rank_fn must be callable or None, got {type(rank_fn).__name__}")
     fn = rank_fn if rank_fn is not None else _rank_provider
     if fn is None:
         return None
@@ -177,14 +168,14 @@ def _implicit_rank(rank_fn: RankProvider | None) -> tuple[str, tuple[int, int]] 
     if not (isinstance(got, tuple) and len(got) == 2):
         raise TypeError(f"the rank provider must return (rank, world_size), got {got!r}")
     return "the rank provider", (
-        _int_arg(got[0], "the provider's rank"),
-        _int_arg(got[1], "the provider's world_size"),
+        int_arg(got[0], "the provider's rank"),
+        int_arg(got[1], "the provider's world_size"),
     )
 
 
 def _seed_arg(value: object, name: str) -> int:
     # torch accepts any int as a seed; the order is keyed by its value mod 2**64.
-    return _int_arg(value, name) % _U64
+    return int_arg(value, name) % _U64
 
 
 def _num_samples_of(value: object, name: str) -> int:
@@ -307,7 +298,7 @@ class _StridedSampler(Sampler[int]):
         missing = {"epoch", "seed", "yielded"} - state_dict.keys()
         if missing:
             raise ValueError(f"state_dict is missing the keys {sorted(missing)}")
-        yielded = _int_arg(state_dict["yielded"], "state_dict['yielded']")
+        yielded = int_arg(state_dict["yielded"], "state_dict['yielded']")
         if not 0 <= yielded <= self.num_samples:
             raise ValueError(
                 f"state_dict['yielded'] must be in [0, {self.num_samples}], got {yielded}"
@@ -647,7 +638,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         rank_fn: RankProvider | None = None,
     ) -> None:
         self.num_samples = _num_samples_of(data_source_or_num_samples, "data_source_or_num_samples")
-        self.micro_batch_size = _int_arg(micro_batch_size, "micro_batch_size")
+        self.micro_batch_size = int_arg(micro_batch_size, "micro_batch_size")
         if self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         self.rank, self.num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
@@ -729,7 +720,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     def set_epoch(self, epoch: int) -> None:
         """Starts ``epoch`` at step 0 (a no-op if it is the current epoch)."""
-        epoch = _int_arg(epoch, "epoch")
+        epoch = int_arg(epoch, "epoch")
         if epoch != self.epoch:
             self._plan = self._build_plan(epoch)
             self.epoch = epoch
@@ -737,7 +728,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     def state_dict_at_step(self, step: int) -> dict[str, Any]:
         """The state that resumes this epoch at ``step`` (0 to ``plan.num_steps``)."""
-        step = _int_arg(step, "step")
+        step = int_arg(step, "step")
         plan = self._plan
         if not 0 <= step <= plan.num_steps:
             raise ValueError(f"step must be in [0, {plan.num_steps}], got {step}")
@@ -843,7 +834,7 @@ class ChunkSampler(ElasticBatchSampler):
         rank_fn: RankProvider | None = None,
     ) -> None:
         rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
-        batch_size = _int_arg(batch_size, "batch_size")
+        batch_size = int_arg(batch_size, "batch_size")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if micro_batch_size is None:

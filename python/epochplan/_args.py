@@ -1,0 +1,28 @@
+"""Argument checks of the Python layer, with the messages of the native
+bindings: one place that turns an object into a range-checked integer."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+_LIMITS = {2**63 - 1: "2**63 - 1", 2**64 - 1: "2**64 - 1"}
+
+
+def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as an int: anything with ``__index__`` (Python, numpy and 0-d
+    torch integers) but bools. TypeError naming ``name`` for other objects,
+    ValueError for values outside ``[lo, hi]`` (a missing bound is open)."""
+    if isinstance(value, (bool, np.bool_)) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        # e.g. a float or multi-element array, whose __index__ refuses.
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if (lo is not None and number < lo) or (hi is not None and number > hi):
+        if hi is None:
+            raise ValueError(f"{name} must be an int >= {lo}, got {number}")
+        raise ValueError(f"{name} must be an int in [{lo}, {_LIMITS.get(hi, hi)}], got {number}")
+    return number
