@@ -49,11 +49,15 @@ class UsageError(ValueError):
 def count(text: str) -> int:
     """A non-negative integer, also written as ``1e9``, ``10**9``, ``10^9``, ``1_000``."""
     m = _NUMBER.match(text)
-    if m is None or len(m.group(1)) > 40:
+    if m is None:
         raise argparse.ArgumentTypeError(
             f"expected a non-negative integer (like 1000, 1e9), got {text[:40]!r}"
         )
-    base = int(m.group(1).replace("_", ""))
+    digits = m.group(1).replace("_", "").lstrip("0") or "0"
+    if len(digits) > 40:
+        # Far beyond any limit; also keeps huge numbers out of messages.
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}... is too large")
+    base = int(digits)
     if m.group(2) is not None:
         exp = int(m.group(2))
         if exp > 64:
@@ -83,7 +87,7 @@ def _in_range(lo: int, hi: int) -> Callable[[str], int]:
 #: Sample counts and sizes (int64), and seeds and epochs (uint64).
 samples = _in_range(0, _MAX_I64)
 positive = _in_range(1, _MAX_I64)
-key = _in_range(0, _MAX_U64)
+seed_or_epoch = _in_range(0, _MAX_U64)
 
 
 def _peak_rss_bytes() -> int:
@@ -230,8 +234,10 @@ def _add_plan(sub: Any) -> None:
         metavar="DIR",
         help="the plan directory to create (default: a temporary one)",
     )
-    p.add_argument("--seed", type=key, default=0, metavar="S", help="default 0")
-    p.add_argument("--epoch", type=key, default=0, metavar="E", help="first epoch (default 0)")
+    p.add_argument("--seed", type=seed_or_epoch, default=0, metavar="S", help="default 0")
+    p.add_argument(
+        "--epoch", type=seed_or_epoch, default=0, metavar="E", help="first epoch (default 0)"
+    )
     p.add_argument(
         "--epochs",
         type=positive,
@@ -416,8 +422,8 @@ def _add_permute(sub: Any) -> None:
     p.add_argument(
         "-n", "--num-samples", type=samples, default=10**8, metavar="N", help="default 10^8"
     )
-    p.add_argument("--seed", type=key, default=0, metavar="S")
-    p.add_argument("--epoch", type=key, default=0, metavar="E")
+    p.add_argument("--seed", type=seed_or_epoch, default=0, metavar="S")
+    p.add_argument("--epoch", type=seed_or_epoch, default=0, metavar="E")
     p.add_argument(
         "--kind",
         default="uniform",
