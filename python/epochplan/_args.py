@@ -1,5 +1,6 @@
 """Argument checks of the Python layer, with the messages of the native
-bindings: one place that turns an object into a range-checked integer."""
+bindings: one place that turns an object into a range-checked integer or a
+bool."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = No
             raise ValueError(f"{name} must be an int >= {lo}, got {number}")
         raise ValueError(f"{name} must be an int in [{lo}, {_LIMITS.get(hi, hi)}], got {number}")
     return number
+
+
+def bool_arg(value: object, name: str) -> bool:
+    """``value`` as a bool: Python's or numpy's. TypeError naming ``name``
+    otherwise (ints and None included: a misplaced argument, not a flag)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan import _native
-from epochplan._args import int_arg
+from epochplan._args import bool_arg, int_arg
 from epochplan._native import FORMAT_VERSION, EpochPlan
 
 __all__ = [
@@ -293,9 +293,7 @@ def write_plan(
             f"world_size * len(epochs) must be at most {MAX_FILES} files, "
             f"got {world_size} * {len(epoch_list)}"
         )
-    if not isinstance(drop_last, (bool, np.bool_)):
-        raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
-    drop_last = bool(drop_last)
+    drop_last = bool_arg(drop_last, "drop_last")
     # Plain ints for the manifest (numpy ints are not JSON).
     if chunk_size is not None:
         chunk_size = int_arg(chunk_size, "chunk_size", 1, _native.MAX_SAMPLES)

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
-from epochplan._args import int_arg
+from epochplan._args import bool_arg, int_arg
 from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
@@ -74,12 +74,6 @@ def set_rank_provider(fn: RankProvider | None) -> None:
     if fn is not None and not callable(fn):
         raise TypeError(f"fn must be callable or None, got {type(fn).__name__}")
     _rank_provider = fn
-
-
-def _bool_arg(value: object, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 def _env_int(name: str) -> int:
@@ -645,7 +639,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self.global_batch_size = global_batch_size
         self.seed = seed
         self.kind = kind
-        self.drop_last = _bool_arg(drop_last, "drop_last")
+        self.drop_last = bool_arg(drop_last, "drop_last")
         self.chunk_size = chunk_size
         self.preload_nchunks = preload_nchunks
         self.epoch = 0
