@@ -56,7 +56,7 @@ class PlanSampler(ElasticBatchSampler):
         self.plan_dir = d
         self._ids: npt.NDArray[np.int64] | None = None
         self._first_epoch = d.epochs[0] if epoch is None else epoch
-        d._check_epoch(self._first_epoch)
+        d._epoch_index(self._first_epoch)
         super().__init__(
             d.num_samples,
             d.global_batch_size,

@@ -470,7 +470,7 @@ class PlanDirectory:
 
     def plan(self, epoch: int) -> EpochPlan:
         """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the plan)."""
-        self._check_epoch(epoch)
+        self._epoch_index(epoch)
         return EpochPlan(
             self.num_samples,
             self.global_batch_size,
@@ -482,10 +482,13 @@ class PlanDirectory:
             drop_last=self.drop_last,
         )
 
-    def _check_epoch(self, epoch: int) -> None:
+    def _epoch_index(self, epoch: int) -> int:
+        """Where ``epoch`` is in the plan's epochs; PlanError if it is not."""
         epoch = int_arg(epoch, "epoch")
-        if epoch not in self.epochs:
-            raise PlanError(f"{self.path}: epoch {epoch} is not in the plan (epochs {self.epochs})")
+        epochs = self.epochs
+        if epoch not in epochs:
+            raise PlanError(f"{self.path}: epoch {epoch} is not in the plan (epochs {epochs})")
+        return epochs.index(epoch)
 
     def check_world_size(self, world_size: int) -> None:
         """Raises PlanError unless the plan was written for ``world_size`` ranks."""
@@ -498,13 +501,13 @@ class PlanDirectory:
 
     def file_entry(self, epoch: int, rank: int) -> dict[str, Any]:
         """The manifest's entry of one rank file."""
-        self._check_epoch(epoch)
+        epoch_index = self._epoch_index(epoch)
         rank = int_arg(rank, "rank")
         if not 0 <= rank < self.world_size:
             raise PlanError(
                 f"{self.path}: rank must be in [0, {self.world_size - 1}] for this plan, got {rank}"
             )
-        index = self.epochs.index(int_arg(epoch, "epoch")) * self.world_size + rank
+        index = epoch_index * self.world_size + rank
         entry: dict[str, Any] = self.manifest["files"][index]
         return entry
 

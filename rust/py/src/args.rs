@@ -56,8 +56,8 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
 /// (Python refuses to print ints of more than 4,300 digits).
 fn describe_huge(value: &Bound<'_, PyAny>) -> String {
     const MAX_DIGITS: usize = 40;
-    match value.str() {
-        Ok(s) if s.to_string().len() <= MAX_DIGITS => s.to_string(),
+    match value.str().map(|s| s.to_string()) {
+        Ok(s) if s.len() <= MAX_DIGITS => s,
         _ => {
             let bits: u64 = value
                 .call_method0("bit_length")
@@ -240,10 +240,10 @@ pub fn sample_ids_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> P
 /// A bool argument: Python's bool or numpy's; TypeError naming `name`
 /// otherwise (ints included, to catch arguments passed in the wrong place).
 pub fn bool_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
-    if obj.is_instance_of::<PyBool>() {
-        return obj.is_truthy();
-    }
-    if obj.is_instance(&obj.py().import("numpy")?.getattr("bool_")?)? {
+    // numpy is looked up only for objects that are not Python bools.
+    if obj.is_instance_of::<PyBool>()
+        || obj.is_instance(&obj.py().import("numpy")?.getattr("bool_")?)?
+    {
         return obj.is_truthy();
     }
     Err(PyTypeError::new_err(format!(
