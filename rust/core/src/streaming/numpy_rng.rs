@@ -22,6 +22,9 @@
 
 use crate::error::{Error, Result};
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
 const MULT_A: u32 = 0x931e_8875;
 const MULT_B: u32 = 0x58f3_8ded;
 const INIT_A: u32 = 0x43b0_d7e5;
@@ -169,9 +172,7 @@ impl Pcg64 {
     #[inline(always)]
     pub fn next_u64(&mut self) -> u64 {
         self.step();
-        let hi = (self.state >> 64) as u64;
-        let lo = self.state as u64;
-        (hi ^ lo).rotate_right((hi >> 58) as u32)
+        xsl_rr(self.state)
     }
 
     /// One 32-bit draw: the kept high half of the last split draw, else the
@@ -189,19 +190,8 @@ impl Pcg64 {
     /// Skips `delta` 64-bit draws in O(log delta) (the LCG's jump-ahead). The
     /// kept 32-bit half is left alone, as the skipped draws would leave it.
     pub fn advance(&mut self, delta: u128) {
-        let (mut mult, mut plus) = (PCG_MULT, self.inc);
-        let (mut acc_mult, mut acc_plus) = (1u128, 0u128);
-        let mut d = delta;
-        while d > 0 {
-            if d & 1 == 1 {
-                acc_mult = acc_mult.wrapping_mul(mult);
-                acc_plus = acc_plus.wrapping_mul(mult).wrapping_add(plus);
-            }
-            plus = mult.wrapping_add(1).wrapping_mul(plus);
-            mult = mult.wrapping_mul(mult);
-            d >>= 1;
-        }
-        self.state = acc_mult.wrapping_mul(self.state).wrapping_add(acc_plus);
+        let (mult, plus) = jump(delta, self.inc);
+        self.state = mult.wrapping_mul(self.state).wrapping_add(plus);
     }
 
     /// Drops the kept 32-bit half (numpy does this when it resets or
@@ -215,6 +205,59 @@ impl Pcg64 {
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
     }
+}
+
+/// PCG64's output of a state: XSL-RR, the halves xor-ed and rotated right by
+/// the top six bits.
+#[inline(always)]
+fn xsl_rr(state: u128) -> u64 {
+    let hi = (state >> 64) as u64;
+    let lo = state as u64;
+    (hi ^ lo).rotate_right((hi >> 58) as u32)
+}
+
+/// The affine map `(mult, plus)` of `delta` LCG steps with increment `inc`
+/// (a state goes to `state * mult + plus`), by squaring.
+fn jump(delta: u128, inc: u128) -> (u128, u128) {
+    let (mut mult, mut plus) = (PCG_MULT, inc);
+    let (mut acc_mult, mut acc_plus) = (1u128, 0u128);
+    let mut d = delta;
+    while d > 0 {
+        if d & 1 == 1 {
+            acc_mult = acc_mult.wrapping_mul(mult);
+            acc_plus = acc_plus.wrapping_mul(mult).wrapping_add(plus);
+        }
+        plus = mult.wrapping_add(1).wrapping_mul(plus);
+        mult = mult.wrapping_mul(mult);
+        d >>= 1;
+    }
+    (acc_mult, acc_plus)
+}
+
+/// Makes the swaps of `shuffle` of `x` with the partners
+/// [`Generator::shuffle_partners`] drew for `x.len()` items.
+pub fn apply_partners<T>(x: &mut [T], partners: &[u32]) {
+    debug_assert_eq!(partners.len() + 1, x.len().max(1));
+    let top = x.len().saturating_sub(1);
+    for (k, &j) in partners.iter().enumerate() {
+        x.swap(top - k, j as usize);
+    }
+}
+
+/// Walks shorter than this stay scalar: setting up the vector lanes and
+/// moving the generator to the end cost about as much as a few hundred
+/// candidates.
+#[cfg(target_arch = "x86_64")]
+const VECTOR_WALK_MIN: usize = 256;
+
+/// Whether the CPU runs [`avx2::walk`] (the answer is cached by std).
+#[cfg(target_arch = "x86_64")]
+fn vector_walk_available() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("bmi1")
+        && std::is_x86_feature_detected!("bmi2")
+        && std::is_x86_feature_detected!("lzcnt")
+        && std::is_x86_feature_detected!("popcnt")
 }
 
 /// numpy's `Generator` on [`Pcg64`]: the methods Streaming uses.
@@ -402,7 +445,48 @@ impl Generator {
             }
             return;
         }
-        self.fisher_yates_32(len - 1, |i, v| v <= i);
+        self.walk_32(len - 1, None);
+    }
+
+    /// The swap partners of `shuffle` of `partners.len() + 1` items, in
+    /// the order the shuffle draws them (`partners[k]` for `i = len - 1 -
+    /// k`), leaving the generator where the shuffle would. [`apply_partners`]
+    /// then makes the shuffle's swaps, so the drawing and the moving of items
+    /// can be done apart. Returns false, drawing nothing, when there are
+    /// 2^32 partners or more.
+    pub fn shuffle_partners(&mut self, partners: &mut [u32]) -> bool {
+        if partners.len() > u32::MAX as usize {
+            return false;
+        }
+        if !partners.is_empty() {
+            self.walk_32(partners.len(), Some(partners));
+        }
+        true
+    }
+
+    /// Takes the generator past the candidates of a Fisher-Yates over `top +
+    /// 1` items (`0 < top < 2^32`), writing the accepted one for each `i`
+    /// at `partners[top - i]` when given.
+    fn walk_32(&mut self, top: usize, partners: Option<&mut [u32]>) {
+        #[cfg(target_arch = "x86_64")]
+        if top >= VECTOR_WALK_MIN && vector_walk_available() {
+            #[allow(unsafe_code)]
+            // SAFETY: `walk` only requires the instructions just detected.
+            unsafe {
+                avx2::walk(&mut self.bits, top, partners)
+            };
+            return;
+        }
+        match partners {
+            Some(partners) => self.fisher_yates_32(top, |i, v| {
+                let accept = v <= i;
+                if accept {
+                    partners[top - i] = v as u32;
+                }
+                accept
+            }),
+            None => self.fisher_yates_32(top, |i, v| v <= i),
+        }
     }
 
     /// Feeds 32-bit candidates, masked for the current `i`, to `take` for
@@ -550,6 +634,66 @@ mod tests {
         }
         b.bit_generator().advance(1001);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn partners_make_the_shuffle() {
+        // Lengths around the vector walk's threshold and mask boundaries,
+        // from states with and without a kept 32-bit half. The vector walk
+        // and `skip_shuffle` must leave the generator where the scalar
+        // shuffle does, and the partners must make the same order.
+        let lengths = [
+            2usize, 3, 33, 255, 256, 257, 258, 289, 290, 1000, 4096, 4097, 4130, 65_537, 1_000_003,
+        ];
+        for (case, &len) in lengths.iter().enumerate() {
+            for pre in 0..3 {
+                let mut a = Generator::new(1000 + case as u128);
+                for _ in 0..pre {
+                    a.bit_generator().next_u32();
+                }
+                let (mut b, mut c) = (a.clone(), a.clone());
+                let mut shuffled: Vec<u32> = (0..len as u32).collect();
+                a.shuffle(&mut shuffled);
+                let mut partners = vec![0u32; len - 1];
+                assert!(b.shuffle_partners(&mut partners));
+                let mut applied: Vec<u32> = (0..len as u32).collect();
+                apply_partners(&mut applied, &partners);
+                assert_eq!(applied, shuffled, "len {len} pre {pre}");
+                assert_eq!(a, b, "len {len} pre {pre}");
+                c.skip_shuffle(len);
+                assert_eq!(a, c, "len {len} pre {pre}");
+            }
+        }
+        // Nothing to draw for one item.
+        let mut g = Generator::new(3);
+        let before = g.clone();
+        assert!(g.shuffle_partners(&mut []));
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn vector_walk_matches_scalar_walk_on_many_states() {
+        // Every start state of a long run of walks of random lengths: the
+        // walks follow one another on one generator, so any slip (a
+        // candidate judged wrongly, a kept half lost) shows in all later ones.
+        let mut lengths = Generator::new(77);
+        let mut vector = Generator::new(78);
+        let mut scalar = vector.clone();
+        for _ in 0..2000 {
+            let len = 2 + lengths.integers(0, 5000).unwrap_or(0) as usize;
+            let mut partners = vec![0u32; len - 1];
+            assert!(vector.shuffle_partners(&mut partners));
+            let mut expected = Vec::with_capacity(len - 1);
+            scalar.fisher_yates_32(len - 1, |i, v| {
+                let accept = v <= i;
+                if accept {
+                    expected.push(v as u32);
+                }
+                accept
+            });
+            assert_eq!(partners, expected, "len {len}");
+            assert_eq!(vector, scalar, "len {len}");
+        }
     }
 
     #[test]

@@ -30,17 +30,20 @@
 //!   with itself), see [`Generator::shuffle`].
 //! - The epoch generator is inherently sequential, but advancing it past a
 //!   piece of work without doing the work is cheap (the shuffle's candidate
-//!   draws without the items, PCG64's jump-ahead for `uniform`). With more
-//!   than one thread, one thread takes it through the pieces of work (spans
-//!   for `py1s`, canonical nodes for `py1e`) in order, handing a copy of its
-//!   state at the start of a piece to a task on the pool that does the piece
-//!   for real, or doing the piece itself when enough tasks wait (see
-//!   `in_pieces`). The output does not depend on the thread count.
+//!   draws without the items, walked with AVX2, see
+//!   [`Generator::skip_shuffle`]; PCG64's jump-ahead for `uniform`). With
+//!   more than one thread, one thread takes it through the pieces of work
+//!   (spans for `py1s`, canonical nodes for `py1e`) in order, handing a copy
+//!   of its state at the start of a piece to a task on the pool that does
+//!   the piece for real, or doing the piece itself when enough tasks wait
+//!   (see `in_pieces`). For `py1s` the walk also records each shuffle's swap
+//!   partners, so that the task only fills and swaps. The output does not
+//!   depend on the thread count.
 //! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
 //!   sort on them (each lies inside its canonical node), with buckets
 //!   written out as soon as no later position can reach them.
 
-use super::numpy_rng::Generator;
+use super::numpy_rng::{apply_partners, Generator};
 use crate::buffer::{ids_with_capacity, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::parallel;
@@ -371,11 +374,60 @@ fn fill_shuffled(rng: &mut Generator, spans: &[Span], out: &mut [i64]) {
     let mut at = 0usize;
     for &(begin, end) in spans {
         let piece = &mut out[at..at + (end - begin) as usize];
-        for (slot, id) in piece.iter_mut().zip(begin..end) {
-            *slot = id;
-        }
+        fill_ids(piece, begin);
         rng.shuffle(piece);
         at += piece.len();
+    }
+}
+
+/// `begin, begin + 1, ...` into `out`.
+fn fill_ids(out: &mut [i64], begin: i64) {
+    for (slot, id) in out.iter_mut().zip(begin..) {
+        *slot = id;
+    }
+}
+
+/// Buffers of swap partners, reused across the pieces of a run.
+type PartnerPool = Mutex<Vec<Vec<u32>>>;
+
+/// The swap partners of each span's shuffle, one span after another, in a
+/// buffer from `pool`. None, with the generator taken past the spans all
+/// the same, when a span is too long for 32-bit partners.
+fn draw_partners(rng: &mut Generator, spans: &[Span], pool: &PartnerPool) -> Option<Vec<u32>> {
+    let partners_of = |&(begin, end): &Span| ((end - begin) as usize).saturating_sub(1);
+    if spans
+        .iter()
+        .any(|span| partners_of(span) > u32::MAX as usize)
+    {
+        for &(begin, end) in spans {
+            rng.skip_shuffle((end - begin) as usize);
+        }
+        return None;
+    }
+    let mut partners = lock(pool).pop().unwrap_or_default();
+    // A reused buffer is only cut or grown, not cleared: every value is
+    // written below.
+    partners.resize(spans.iter().map(partners_of).sum(), 0);
+    let mut at = 0;
+    for span in spans {
+        let drawn = rng.shuffle_partners(&mut partners[at..at + partners_of(span)]);
+        debug_assert!(drawn);
+        at += partners_of(span);
+    }
+    Some(partners)
+}
+
+/// Fills `out` with each span's ids shuffled by the partners
+/// [`draw_partners`] drew for the spans.
+fn fill_with_partners(spans: &[Span], partners: &[u32], out: &mut [i64]) {
+    let (mut at, mut drawn) = (0usize, 0usize);
+    for &(begin, end) in spans {
+        let piece = &mut out[at..at + (end - begin) as usize];
+        fill_ids(piece, begin);
+        let count = piece.len().saturating_sub(1);
+        apply_partners(piece, &partners[drawn..drawn + count]);
+        at += piece.len();
+        drawn += count;
     }
 }
 
@@ -384,6 +436,9 @@ fn go_parallel(num_samples: u64) -> bool {
     parallel::num_threads() > 1 && num_samples >= parallel::PIECE as u64
 }
 
+/// With more than one thread, the generator's thread draws the swap partners
+/// of each piece (the sequential part, see [`Generator::shuffle_partners`])
+/// and a task fills the piece and makes the swaps.
 fn py1s(
     shard_sizes: &[i64],
     num_samples: u64,
@@ -415,18 +470,20 @@ fn py1s(
         first = last;
         Some((piece, out))
     });
+    let pool = PartnerPool::default();
     in_pieces(
         &mut rng,
         pieces,
         OUTSTANDING_PER_THREAD * parallel::num_threads(),
-        |rng, (piece, _)| {
-            for &(begin, end) in *piece {
-                rng.skip_shuffle((end - begin) as usize);
+        |rng, (piece, _)| Ok(draw_partners(rng, piece, &pool)),
+        |rng, (piece, out), partners| {
+            match partners.flatten() {
+                Some(partners) => {
+                    fill_with_partners(piece, &partners, out);
+                    lock(&pool).push(partners);
+                }
+                None => fill_shuffled(rng, piece, out),
             }
-            Ok(())
-        },
-        |rng, (piece, out)| {
-            fill_shuffled(rng, piece, out);
             Ok(())
         },
     )?;
@@ -568,7 +625,7 @@ fn py1e(
             small.fetch_or(smaller, Ordering::Relaxed);
             Ok(())
         },
-        |rng, (node, out)| {
+        |rng, (node, out), _| {
             let mut scratch = lock(&pool).pop().unwrap_or_default();
             let smaller = blocks.node(rng, node, out, &mut scratch);
             lock(&pool).push(scratch);
@@ -587,18 +644,20 @@ const OUTSTANDING_PER_THREAD: usize = 2;
 /// Runs `pieces` of work that draw from one generator in turn (the pieces of
 /// spans of `py1s`, the canonical nodes of `py1e`) on the pool, with the
 /// output of a sequential run. The generator is sequential, so this thread
-/// takes it through the pieces in order: it `skip`s a piece's draws (much
-/// cheaper than the piece) and hands a copy of the state at its start to a
-/// task that `run`s the piece, or, when `max_outstanding` tasks are queued
-/// or running already, runs the piece itself, which takes the generator past
-/// it at no extra cost. On failure, no further piece is started and the
-/// error of the first failing piece is returned, as a sequential run would.
-fn in_pieces<P: Send>(
+/// takes it through the pieces in order: it `hand_off`s a piece (takes the
+/// generator past it, much cheaper than the piece, returning whatever part
+/// of the work it did) and gives a copy of the state at its start and that
+/// part to a task that `run`s the piece. When `max_outstanding` tasks are
+/// queued or running already, it runs the piece itself (with no part done),
+/// which takes the generator past it at no extra cost. On failure, no
+/// further piece is started and the error of the first failing piece is
+/// returned, as a sequential run would.
+fn in_pieces<P: Send, T: Send>(
     rng: &mut Generator,
     pieces: impl Iterator<Item = P> + Send,
     max_outstanding: usize,
-    skip: impl Fn(&mut Generator, &P) -> Result<()> + Sync,
-    run: impl Fn(&mut Generator, P) -> Result<()> + Sync,
+    hand_off: impl Fn(&mut Generator, &P) -> Result<T> + Sync,
+    run: impl Fn(&mut Generator, P, Option<T>) -> Result<()> + Sync,
 ) -> Result<()> {
     let outstanding = AtomicUsize::new(0);
     // The lowest failing piece and its error.
@@ -616,15 +675,16 @@ fn in_pieces<P: Send>(
                     return;
                 }
                 if outstanding.load(Ordering::Relaxed) >= max_outstanding {
-                    if let Err(e) = run(rng, piece) {
+                    if let Err(e) = run(rng, piece, None) {
                         return fail(index, e);
                     }
                     continue;
                 }
                 let start = rng.clone();
-                if let Err(e) = skip(rng, &piece) {
-                    return fail(index, e);
-                }
+                let done = match hand_off(rng, &piece) {
+                    Ok(done) => done,
+                    Err(e) => return fail(index, e),
+                };
                 outstanding.fetch_add(1, Ordering::Relaxed);
                 let (outstanding, fail, run) = (&outstanding, &fail, &run);
                 let failure = &failure;
@@ -633,7 +693,7 @@ fn in_pieces<P: Send>(
                     let after_failure = lock(failure).as_ref().is_some_and(|(i, _)| *i < index);
                     if !after_failure {
                         let mut g = start;
-                        if let Err(e) = run(&mut g, piece) {
+                        if let Err(e) = run(&mut g, piece, Some(done)) {
                             fail(index, e);
                         }
                     }
@@ -961,7 +1021,7 @@ mod tests {
                     rng.skip_shuffle(k + 2);
                     Ok(())
                 },
-                |rng, k| {
+                |rng, k, _| {
                     if failing.contains(&k) {
                         // Later pieces fail later, so that a later failure
                         // can be recorded after an earlier one.
