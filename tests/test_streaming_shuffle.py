@@ -153,14 +153,17 @@ def test_larger_inputs() -> None:
 
 
 def test_py1s_in_many_pieces() -> None:
-    # Over a million samples: py1s is cut into pieces that threads shuffle
-    # from recorded generator states, or the generator's own thread shuffles.
-    sizes = np.random.default_rng(9).integers(1, 3000, 1200)
+    # Over a million samples: py1s is cut into pieces whose swap partners the
+    # generator's thread draws for tasks to apply, or that it shuffles itself.
+    # Then shards of up to 2^18 + 1 samples (longer walks, wider masks).
+    many = np.random.default_rng(9).integers(1, 3000, 1200)
+    long = np.array([70_000, 5, 131_073, 262_145, 256, 257, 65_536], dtype=np.int64)
     try:
         for threads in (2, 4):
             epochplan.set_num_threads(threads)
             for ncn in (1, 9):
-                _assert_matches("py1s", sizes, ncn, 23, 4, 1 << 14)
+                _assert_matches("py1s", many, ncn, 23, 4, 1 << 14)
+            _assert_matches("py1s", long, 2, 5, 1, 1 << 14)
     finally:
         epochplan.set_num_threads(0)
 
