@@ -683,16 +683,115 @@ mod tests {
             let len = 2 + lengths.integers(0, 5000).unwrap_or(0) as usize;
             let mut partners = vec![0u32; len - 1];
             assert!(vector.shuffle_partners(&mut partners));
-            let mut expected = Vec::with_capacity(len - 1);
-            scalar.fisher_yates_32(len - 1, |i, v| {
-                let accept = v <= i;
-                if accept {
-                    expected.push(v as u32);
-                }
-                accept
-            });
+            let (expected, after) = scalar_partners(&scalar, len - 1);
+            scalar = after;
             assert_eq!(partners, expected, "len {len}");
             assert_eq!(vector, scalar, "len {len}");
+        }
+    }
+
+    /// The scalar walk's partners for `top`, and the generator after it.
+    fn scalar_partners(g: &Generator, top: usize) -> (Vec<u32>, Generator) {
+        let mut g = g.clone();
+        let mut partners = Vec::with_capacity(top);
+        g.fisher_yates_32(top, |i, v| {
+            let accept = v <= i;
+            if accept {
+                partners.push(v as u32);
+            }
+            accept
+        });
+        (partners, g)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_walk_directly() {
+        // The vector walk itself, below the threshold `walk_32` applies too,
+        // from raw states (extreme ones included) with and without a kept
+        // half, against the scalar walk.
+        if !vector_walk_available() {
+            eprintln!("no AVX2: the vector walk is not tested on this CPU");
+            return;
+        }
+        let mut draws = Generator::new(4242);
+        let mut next = || draws.bit_generator().next_u64();
+        for n in 0..6000u32 {
+            let raw = |a: u64, b: u64| (u128::from(a) << 64) | u128::from(b);
+            let state = match n % 5 {
+                0 => u128::MAX - u128::from(n),
+                1 => u128::from(n),
+                _ => raw(next(), next()),
+            };
+            let inc = if n % 7 == 0 {
+                u128::MAX
+            } else {
+                raw(next(), next()) | 1
+            };
+            let kept = (n % 2 == 0).then(|| next() as u32);
+            let top = match n % 4 {
+                0 => 1 + (next() % 300) as usize,
+                1 => 1 + (next() % 3000) as usize,
+                // Around a power of two, where the mask halves.
+                2 => ((1usize << (1 + next() % 17)) + (next() % 80) as usize)
+                    .saturating_sub(40)
+                    .max(1),
+                _ => 1 + (next() % 70_000) as usize,
+            };
+            let g = Generator {
+                bits: Pcg64 { state, inc, kept },
+            };
+            let (expected, after) = scalar_partners(&g, top);
+            let mut recorded = g.clone();
+            let mut partners = vec![u32::MAX; top];
+            #[allow(unsafe_code)]
+            // SAFETY: the CPU has the features (checked above).
+            unsafe {
+                avx2::walk(&mut recorded.bits, top, Some(&mut partners))
+            };
+            assert_eq!((&partners, &recorded), (&expected, &after), "case {n}");
+            let mut skipped = g.clone();
+            #[allow(unsafe_code)]
+            // SAFETY: as above.
+            unsafe {
+                avx2::walk(&mut skipped.bits, top, None)
+            };
+            assert_eq!(skipped, after, "case {n}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore = "minutes in a debug build; run with --release -- --ignored"]
+    fn vector_walk_at_bounds_of_2_pow_31_and_more() {
+        // Bounds of 2^31 and more are judged one candidate at a time.
+        if !vector_walk_available() {
+            return;
+        }
+        for top in [
+            (1usize << 31) - 1,
+            1 << 31,
+            (1 << 31) + 40,
+            u32::MAX as usize,
+        ] {
+            for kept in [None, Some(u32::MAX)] {
+                let g = Generator {
+                    bits: Pcg64 {
+                        state: 0x1234_5678_9abc_def0_0fed_cba9_8765_4321,
+                        inc: 0x5851_f42d_4c95_7f2d_1405_7b7e_f767_814f,
+                        kept,
+                    },
+                };
+                let mut scalar = g.clone();
+                scalar.fisher_yates_32(top, |i, v| v <= i);
+                let mut vector = g.clone();
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU has the features (checked above).
+                unsafe {
+                    avx2::walk(&mut vector.bits, top, None)
+                };
+                assert_eq!(vector, scalar, "top {top}");
+            }
         }
     }
 

@@ -390,24 +390,35 @@ fn fill_ids(out: &mut [i64], begin: i64) {
 /// Buffers of swap partners, reused across the pieces of a run.
 type PartnerPool = Mutex<Vec<Vec<u32>>>;
 
+/// Spans longer than this are not recorded as swap partners but shuffled
+/// by the task from the generator's state, so that a partner buffer (4
+/// bytes a sample, one per piece in flight) stays small beside the output.
+const MAX_RECORDED_SPAN: usize = 1 << 22;
+
 /// The swap partners of each span's shuffle, one span after another, in a
 /// buffer from `pool`. None, with the generator taken past the spans all
-/// the same, when a span is too long for 32-bit partners.
+/// the same, when a span is longer than [`MAX_RECORDED_SPAN`] or the buffer
+/// cannot be allocated.
 fn draw_partners(rng: &mut Generator, spans: &[Span], pool: &PartnerPool) -> Option<Vec<u32>> {
     let partners_of = |&(begin, end): &Span| ((end - begin) as usize).saturating_sub(1);
-    if spans
+    let total: usize = spans.iter().map(partners_of).sum();
+    let mut partners = lock(pool).pop().unwrap_or_default();
+    let fits = spans
         .iter()
-        .any(|span| partners_of(span) > u32::MAX as usize)
-    {
+        .all(|span| partners_of(span) < MAX_RECORDED_SPAN)
+        && partners
+            .try_reserve(total.saturating_sub(partners.len()))
+            .is_ok();
+    if !fits {
+        lock(pool).push(partners);
         for &(begin, end) in spans {
             rng.skip_shuffle((end - begin) as usize);
         }
         return None;
     }
-    let mut partners = lock(pool).pop().unwrap_or_default();
     // A reused buffer is only cut or grown, not cleared: every value is
     // written below.
-    partners.resize(spans.iter().map(partners_of).sum(), 0);
+    partners.resize(total, 0);
     let mut at = 0;
     for span in spans {
         let drawn = rng.shuffle_partners(&mut partners[at..at + partners_of(span)]);
@@ -989,9 +1000,9 @@ mod tests {
 
     #[test]
     fn py1s_pieces_agree_across_thread_counts() {
-        // Many pieces: the generator's thread skips some pieces for tasks
-        // and shuffles others itself, depending on timing; the output must
-        // not depend on which.
+        // Many pieces: the generator's thread draws the swap partners of
+        // some pieces for tasks and shuffles others itself, depending on
+        // timing; the output must not depend on which.
         let sizes: Vec<i64> = (0..2000).map(|i| (i * 7919) % 2999 + 1).collect();
         parallel::set_num_threads(1);
         let one = get_shuffle(Algo::Py1s, &sizes, 5, 8, 3, 0).unwrap();
@@ -1002,6 +1013,21 @@ mod tests {
         }
         parallel::set_num_threads(0);
         assert!(one.ids.len() as i64 > 8 * PY1S_PIECE);
+    }
+
+    #[test]
+    fn py1s_long_spans_are_shuffled_by_tasks_from_the_generator() {
+        // A shard longer than MAX_RECORDED_SPAN: its piece is handed over as
+        // a generator state, not as partners.
+        let sizes = [(MAX_RECORDED_SPAN + 5) as i64, 300_000, 7, 1, 0, 70_000];
+        parallel::set_num_threads(1);
+        let one = get_shuffle(Algo::Py1s, &sizes, 1, 8, 3, 0).unwrap();
+        for threads in [2, 3] {
+            parallel::set_num_threads(threads);
+            let many = get_shuffle(Algo::Py1s, &sizes, 1, 8, 3, 0).unwrap();
+            assert_eq!(one, many, "{threads} threads");
+        }
+        parallel::set_num_threads(0);
     }
 
     #[test]

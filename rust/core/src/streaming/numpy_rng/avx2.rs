@@ -322,3 +322,94 @@ fn store(values: &mut [u32], lanes: __m256i) {
         _mm256_storeu_si256(eight.as_mut_ptr().cast(), lanes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::arch::x86_64::_mm256_extract_epi64;
+
+    /// The four 64-bit lanes of `v`.
+    #[target_feature(enable = "avx2")]
+    fn lanes_of(v: __m256i) -> [u64; 4] {
+        [
+            _mm256_extract_epi64::<0>(v) as u64,
+            _mm256_extract_epi64::<1>(v) as u64,
+            _mm256_extract_epi64::<2>(v) as u64,
+            _mm256_extract_epi64::<3>(v) as u64,
+        ]
+    }
+
+    /// One vector step and output of four states against u128 arithmetic.
+    #[target_feature(enable = "avx2")]
+    fn check(states: [u128; 4], inc: u128) {
+        let (mult, plus) = super::super::jump(LANES as u128, inc);
+        let s = States {
+            hi: _mm256_setr_epi64x(
+                (states[0] >> 64) as i64,
+                (states[1] >> 64) as i64,
+                (states[2] >> 64) as i64,
+                (states[3] >> 64) as i64,
+            ),
+            lo: _mm256_setr_epi64x(
+                states[0] as i64,
+                states[1] as i64,
+                states[2] as i64,
+                states[3] as i64,
+            ),
+        };
+        let outputs = lanes_of(output(s));
+        let next = step(s, &jump(inc));
+        let (hi, lo) = (lanes_of(next.hi), lanes_of(next.lo));
+        for k in 0..4 {
+            assert_eq!(outputs[k], super::super::xsl_rr(states[k]), "{states:x?}");
+            let want = mult.wrapping_mul(states[k]).wrapping_add(plus);
+            let got = (u128::from(hi[k]) << 64) | u128::from(lo[k]);
+            assert_eq!(got, want, "state {:#x} inc {inc:#x}", states[k]);
+        }
+    }
+
+    #[test]
+    fn lanes_step_like_the_lcg() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // States whose halves carry, overflow or are all ones or zeros, and
+        // pseudo-random ones.
+        let edges = [
+            0u128,
+            1,
+            u128::MAX,
+            u128::from(u64::MAX),
+            u128::from(u64::MAX) << 64,
+            1 << 63,
+            1 << 127,
+            0xffff_ffff,
+            0xffff_ffff_0000_0000_ffff_ffff_0000_0000,
+            0x8000_0000_8000_0000_8000_0000_8000_0000,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834u128;
+        let mut random = || {
+            x = x.wrapping_mul(PCG_MULT).wrapping_add(0x1405_7b7e_f767_814f);
+            x ^ (x >> 61)
+        };
+        for a in edges {
+            for b in edges {
+                for inc in [1, u128::MAX, random() | 1] {
+                    #[allow(unsafe_code)]
+                    // SAFETY: the CPU has AVX2 (checked above).
+                    unsafe {
+                        check([a, b, random(), a ^ b], inc)
+                    };
+                }
+            }
+        }
+        for _ in 0..20_000 {
+            let states = [random(), random(), random(), random()];
+            #[allow(unsafe_code)]
+            // SAFETY: as above.
+            unsafe {
+                check(states, random() | 1)
+            };
+        }
+    }
+}
