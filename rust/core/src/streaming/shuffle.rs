@@ -401,31 +401,32 @@ const MAX_RECORDED_SPAN: usize = 1 << 22;
 /// cannot be allocated.
 fn draw_partners(rng: &mut Generator, spans: &[Span], pool: &PartnerPool) -> Option<Vec<u32>> {
     let partners_of = |&(begin, end): &Span| ((end - begin) as usize).saturating_sub(1);
-    let total: usize = spans.iter().map(partners_of).sum();
-    let mut partners = lock(pool).pop().unwrap_or_default();
-    let fits = spans
+    if spans
         .iter()
         .all(|span| partners_of(span) < MAX_RECORDED_SPAN)
-        && partners
+    {
+        let mut partners = lock(pool).pop().unwrap_or_default();
+        let total: usize = spans.iter().map(partners_of).sum();
+        if partners
             .try_reserve(total.saturating_sub(partners.len()))
-            .is_ok();
-    if !fits {
-        lock(pool).push(partners);
-        for &(begin, end) in spans {
-            rng.skip_shuffle((end - begin) as usize);
+            .is_ok()
+        {
+            // A reused buffer is only cut or grown, not cleared: every value
+            // is written below.
+            partners.resize(total, 0);
+            let mut at = 0;
+            for span in spans {
+                let drawn = rng.shuffle_partners(&mut partners[at..at + partners_of(span)]);
+                debug_assert!(drawn);
+                at += partners_of(span);
+            }
+            return Some(partners);
         }
-        return None;
     }
-    // A reused buffer is only cut or grown, not cleared: every value is
-    // written below.
-    partners.resize(total, 0);
-    let mut at = 0;
-    for span in spans {
-        let drawn = rng.shuffle_partners(&mut partners[at..at + partners_of(span)]);
-        debug_assert!(drawn);
-        at += partners_of(span);
+    for &(begin, end) in spans {
+        rng.skip_shuffle((end - begin) as usize);
     }
-    Some(partners)
+    None
 }
 
 /// Fills `out` with each span's ids shuffled by the partners
