@@ -36,9 +36,10 @@
 //!   (spans for `py1s`, canonical nodes for `py1e`) in order, handing a copy
 //!   of its state at the start of a piece to a task on the pool that does
 //!   the piece for real, or doing the piece itself when enough tasks wait
-//!   (see `in_pieces`). For `py1s` the walk also records each shuffle's swap
-//!   partners, so that the task only fills and swaps. The output does not
-//!   depend on the thread count.
+//!   (see `in_pieces`). The walk also records each shuffle's swap partners,
+//!   so that the task only fills and swaps (`py1e` then draws its shifts
+//!   from the state after the shuffles). The output does not depend on the
+//!   thread count.
 //! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
 //!   sort on them (each lies inside its canonical node), with buckets
 //!   written out as soon as no later position can reach them.
@@ -390,23 +391,23 @@ fn fill_ids(out: &mut [i64], begin: i64) {
 /// Buffers of swap partners, reused across the pieces of a run.
 type PartnerPool = Mutex<Vec<Vec<u32>>>;
 
-/// Spans longer than this are not recorded as swap partners but shuffled
-/// by the task from the generator's state, so that a partner buffer (4
-/// bytes a sample, one per piece in flight) stays small beside the output.
-const MAX_RECORDED_SPAN: usize = 1 << 22;
+/// Pieces of work with more swap partners than this are not recorded but
+/// shuffled by the task from the generator's state, so that a partner buffer
+/// (4 bytes a sample, one per piece in flight) stays small beside the output.
+const MAX_RECORDED: usize = 1 << 22;
 
 /// The swap partners of each span's shuffle, one span after another, in a
 /// buffer from `pool`. None, with the generator taken past the spans all
-/// the same, when a span is longer than [`MAX_RECORDED_SPAN`] or the buffer
-/// cannot be allocated.
+/// the same, when the spans have more than [`MAX_RECORDED`] partners or the
+/// buffer cannot be allocated.
 fn draw_partners(rng: &mut Generator, spans: &[Span], pool: &PartnerPool) -> Option<Vec<u32>> {
     let partners_of = |&(begin, end): &Span| ((end - begin) as usize).saturating_sub(1);
-    if spans
+    let total = spans
         .iter()
-        .all(|span| partners_of(span) < MAX_RECORDED_SPAN)
-    {
+        .try_fold(0usize, |sum, span| sum.checked_add(partners_of(span)))
+        .filter(|&total| total <= MAX_RECORDED);
+    if let Some(total) = total {
         let mut partners = lock(pool).pop().unwrap_or_default();
-        let total: usize = spans.iter().map(partners_of).sum();
         if partners
             .try_reserve(total.saturating_sub(partners.len()))
             .is_ok()
@@ -520,13 +521,11 @@ impl Py1eBlocks {
         (lower, upper)
     }
 
-    /// Advances `rng` exactly as [`Py1eBlocks::node`] would, without the
-    /// samples; returns whether a block was smaller than its piece.
-    fn skip_node(&self, rng: &mut Generator, node: &[Span]) -> Result<bool> {
+    /// Advances `rng` past a node's block and shift draws exactly as
+    /// [`Py1eBlocks::sort_node`] would, without the samples; returns whether
+    /// a block was smaller than its piece.
+    fn skip_blocks(&self, rng: &mut Generator, node: &[Span]) -> Result<bool> {
         let mut small = false;
-        for &(begin, end) in node {
-            rng.skip_shuffle((end - begin) as usize);
-        }
         for &(begin, end) in node {
             let block = draw_between(rng, self.low, self.high, self.block_size)?;
             small |= block < end - begin;
@@ -536,9 +535,8 @@ impl Py1eBlocks {
         Ok(small)
     }
 
-    /// One canonical node: its pieces' samples shuffled, each position
-    /// shifted within its piece's random block, sorted by shifted position,
-    /// into `out`. Returns whether a block was smaller than its piece.
+    /// One canonical node: its pieces' samples shuffled, then sorted as
+    /// [`Py1eBlocks::sort_node`] does.
     fn node(
         &self,
         rng: &mut Generator,
@@ -547,6 +545,20 @@ impl Py1eBlocks {
         scratch: &mut SortScratch,
     ) -> Result<bool> {
         fill_shuffled(rng, node, out);
+        self.sort_node(rng, node, out, scratch)
+    }
+
+    /// The samples of one canonical node (`out`, its pieces shuffled in
+    /// position order) with each position shifted within its piece's random
+    /// block, sorted by shifted position. Returns whether a block was
+    /// smaller than its piece.
+    fn sort_node(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        out: &mut [i64],
+        scratch: &mut SortScratch,
+    ) -> Result<bool> {
         let node_len = out.len() as i64;
         scratch.begin(out.len());
         // Every shift is at most half the largest block: once positions up
@@ -621,6 +633,7 @@ fn py1e(
     // Scratch buffers are reused across nodes (fresh pages are slow to fault
     // in): a node takes one from the pool, or makes one, and returns it.
     let pool: Mutex<Vec<SortScratch>> = Mutex::new(Vec::new());
+    let partner_pool = PartnerPool::default();
     let small = AtomicBool::new(false);
     let mut rest: &mut [i64] = &mut ids;
     let nodes = parts.iter().map(|part| {
@@ -628,18 +641,31 @@ fn py1e(
         rest = tail;
         (&spans[part.0..part.1], out)
     });
+    // The generator's thread draws each node's swap partners (as py1s does)
+    // and skips its block and shift draws; the task shuffles by the partners
+    // and sorts from the generator's state after the shuffles.
     in_pieces(
         &mut rng,
         nodes,
         OUTSTANDING_PER_THREAD * parallel::num_threads(),
         |rng, (node, _)| {
-            let smaller = blocks.skip_node(rng, node)?;
+            let partners = draw_partners(rng, node, &partner_pool);
+            let shuffled = rng.clone();
+            let smaller = blocks.skip_blocks(rng, node)?;
             small.fetch_or(smaller, Ordering::Relaxed);
-            Ok(())
+            Ok(partners.map(|partners| (partners, shuffled)))
         },
-        |rng, (node, out), _| {
+        |rng, (node, out), drawn| {
             let mut scratch = lock(&pool).pop().unwrap_or_default();
-            let smaller = blocks.node(rng, node, out, &mut scratch);
+            let smaller = match drawn.flatten() {
+                Some((partners, shuffled)) => {
+                    fill_with_partners(node, &partners, out);
+                    lock(&partner_pool).push(partners);
+                    *rng = shuffled;
+                    blocks.sort_node(rng, node, out, &mut scratch)
+                }
+                None => blocks.node(rng, node, out, &mut scratch),
+            };
             lock(&pool).push(scratch);
             small.fetch_or(smaller?, Ordering::Relaxed);
             Ok(())
@@ -1017,16 +1043,19 @@ mod tests {
     }
 
     #[test]
-    fn py1s_long_spans_are_shuffled_by_tasks_from_the_generator() {
-        // A shard longer than MAX_RECORDED_SPAN: its piece is handed over as
-        // a generator state, not as partners.
-        let sizes = [(MAX_RECORDED_SPAN + 5) as i64, 300_000, 7, 1, 0, 70_000];
-        parallel::set_num_threads(1);
-        let one = get_shuffle(Algo::Py1s, &sizes, 1, 8, 3, 0).unwrap();
-        for threads in [2, 3] {
-            parallel::set_num_threads(threads);
-            let many = get_shuffle(Algo::Py1s, &sizes, 1, 8, 3, 0).unwrap();
-            assert_eq!(one, many, "{threads} threads");
+    fn long_pieces_are_shuffled_by_tasks_from_the_generator() {
+        // More than MAX_RECORDED partners in a py1s piece (a long shard) or
+        // in a py1e node (two canonical nodes): the piece is handed over as a
+        // generator state, not as partners.
+        let sizes = [(2 * MAX_RECORDED) as i64, 300_000, 7, 1, 0, 70_000];
+        for (algo, ncn) in [(Algo::Py1s, 1), (Algo::Py1e, 2)] {
+            parallel::set_num_threads(1);
+            let one = get_shuffle(algo, &sizes, ncn, 8, 3, 1 << 18).unwrap();
+            for threads in [2, 3] {
+                parallel::set_num_threads(threads);
+                let many = get_shuffle(algo, &sizes, ncn, 8, 3, 1 << 18).unwrap();
+                assert_eq!(one, many, "{algo:?} {threads} threads");
+            }
         }
         parallel::set_num_threads(0);
     }
