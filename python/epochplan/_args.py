@@ -11,6 +11,11 @@ import numpy as np
 _LIMITS = {2**63 - 1: "2**63 - 1", 2**64 - 1: "2**64 - 1"}
 
 
+def limit_label(hi: int) -> str:
+    """An upper bound as messages write it (``2**63 - 1`` for int64's)."""
+    return _LIMITS.get(hi, str(hi))
+
+
 def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = None) -> int:
     """``value`` as an int: anything with ``__index__`` (Python, numpy and 0-d
     torch integers) but bools. TypeError naming ``name`` for other objects,
@@ -25,7 +30,7 @@ def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = No
     if (lo is not None and number < lo) or (hi is not None and number > hi):
         if hi is None:
             raise ValueError(f"{name} must be an int >= {lo}, got {number}")
-        raise ValueError(f"{name} must be an int in [{lo}, {_LIMITS.get(hi, hi)}], got {number}")
+        raise ValueError(f"{name} must be an int in [{lo}, {limit_label(hi)}], got {number}")
     return number
 
 

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ._args import limit_label
+
 PROG = "epochplan"
 
 
@@ -73,7 +75,7 @@ def count(text: str) -> int:
 
 def _in_range(lo: int, hi: int) -> Callable[[str], int]:
     """An argument type: an integer in ``[lo, hi]`` (see :func:`count`)."""
-    top = {_MAX_I64: "2**63 - 1", _MAX_U64: "2**64 - 1"}.get(hi, str(hi))
+    top = limit_label(hi)
 
     def parse(text: str) -> int:
         value = count(text)
