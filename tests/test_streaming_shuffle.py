@@ -168,6 +168,17 @@ def test_py1s_in_many_pieces() -> None:
         epochplan.set_num_threads(0)
 
 
+def test_py1e_large_node_in_segments() -> None:
+    # One canonical node of 1.7 x 10^7 samples: on two threads it is sorted in
+    # segments of its shifted positions, each by its own task.
+    sizes = np.full(1700, 10_000, dtype=np.int64)
+    try:
+        epochplan.set_num_threads(2)
+        _assert_matches("py1e", sizes, 1, 31, 2, 1 << 18)
+    finally:
+        epochplan.set_num_threads(0)
+
+
 def test_independent_of_thread_count() -> None:
     sizes = np.full(200, 3000, dtype=np.int64)
     outs = []

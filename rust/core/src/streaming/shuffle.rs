@@ -42,12 +42,19 @@
 //!   thread count.
 //! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
 //!   sort on them (each lies inside its canonical node), with buckets
-//!   written out as soon as no later position can reach them.
+//!   written out as soon as no later position can reach them. A canonical
+//!   node of many segments of 2^23 shifted positions (Streaming's default
+//!   for `py1e` is one canonical node per physical node) is sorted segment
+//!   by segment in parallel: the generator's thread records where each
+//!   piece's shuffle and shifts start, each segment's size is counted from
+//!   the few pieces that straddle its ends, and each segment's task
+//!   shuffles and shifts the pieces that can reach it, keeping its own.
 
 use super::numpy_rng::{apply_partners, Generator};
-use crate::buffer::{ids_with_capacity, vec_with_capacity, zeroed_ids};
+use crate::buffer::{ids_with_capacity, prefault, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::parallel;
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -143,24 +150,32 @@ pub fn get_shuffle(
     let run_seed = u128::from(seed);
     let epoch_seed = u128::from(seed) + u128::from(epoch);
     let ncn = num_canonical_nodes;
-    let mut block_smaller_than_shard = false;
-    let ids = match algo {
+    let (ids, block_smaller_than_shard) = match algo {
         Algo::Naive => {
             let mut ids = alloc_ids(num_samples)?;
             ids.extend(0..num_samples as i64);
             Generator::new(epoch_seed).shuffle(&mut ids);
-            ids
+            (ids, false)
         }
-        Algo::Py1s => py1s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
-        Algo::Py2s => py2s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
-        Algo::Py1br => py1br(
-            shard_sizes,
-            num_samples,
-            ncn,
-            run_seed,
-            epoch_seed,
-            block_size,
-        )?,
+        Algo::Py1s => (
+            py1s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
+            false,
+        ),
+        Algo::Py2s => (
+            py2s(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?,
+            false,
+        ),
+        Algo::Py1br => {
+            let ids = py1br(
+                shard_sizes,
+                num_samples,
+                ncn,
+                run_seed,
+                epoch_seed,
+                block_size,
+            )?;
+            (ids, false)
+        }
         Algo::Py1e => py1e(
             shard_sizes,
             num_samples,
@@ -168,7 +183,7 @@ pub fn get_shuffle(
             run_seed,
             epoch_seed,
             block_size,
-            &mut block_smaller_than_shard,
+            PY1E_SEGMENT,
         )?,
     };
     Ok(Shuffled {
@@ -521,16 +536,33 @@ impl Py1eBlocks {
         (lower, upper)
     }
 
+    /// How far a shifted position can lie from its position: half the
+    /// largest block, plus a margin for rounding.
+    fn reach(&self) -> f64 {
+        (self.high - 1).max(0) as f64 / 2.0 + 2.0
+    }
+
     /// Advances `rng` past a node's block and shift draws exactly as
-    /// [`Py1eBlocks::sort_node`] would, without the samples; returns whether
-    /// a block was smaller than its piece.
-    fn skip_blocks(&self, rng: &mut Generator, node: &[Span]) -> Result<bool> {
+    /// [`Py1eBlocks::sort_node`] would, without the samples, and gives
+    /// `at_shifts` each piece's shift bounds and the generator at its first
+    /// shift. Returns whether a block was smaller than its piece.
+    fn skip_blocks(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        mut at_shifts: impl FnMut((f64, f64), &Generator),
+    ) -> Result<bool> {
+        let node_len = node.iter().map(|&(begin, end)| end - begin).sum();
         let mut small = false;
+        let mut offset = 0;
         for &(begin, end) in node {
+            let size = end - begin;
             let block = draw_between(rng, self.low, self.high, self.block_size)?;
-            small |= block < end - begin;
+            small |= block < size;
+            at_shifts(Self::bounds(block, size, offset, node_len), rng);
             // uniform() takes one 64-bit draw per sample.
-            rng.bit_generator().advance((end - begin) as u128);
+            rng.bit_generator().advance(size as u128);
+            offset += size;
         }
         Ok(small)
     }
@@ -565,7 +597,7 @@ impl Py1eBlocks {
         // to `j` are pushed, no later key falls below `j - reach` (plus a
         // margin for rounding), so the buckets below are final and written
         // out while they are still in cache.
-        let reach = (self.high - 1).max(0) as f64 / 2.0 + 2.0;
+        let reach = self.reach();
         let stride = 1i64 << FINE_BITS;
         let mut small = false;
         let mut offset: i64 = 0;
@@ -579,8 +611,7 @@ impl Py1eBlocks {
             while j < offset + size {
                 let stop = (j + stride).min(offset + size);
                 for p in j..stop {
-                    let key = p as f64 + g.uniform(lower, upper);
-                    scratch.push(key, out[p as usize]);
+                    scratch.push(shifted(p, &mut g, lower, upper), out[p as usize]);
                 }
                 j = stop;
                 scratch.flush_below(j as f64 - reach, out);
@@ -593,6 +624,240 @@ impl Py1eBlocks {
     }
 }
 
+/// `py1e`'s shifted position of position `p`: one shift drawn from `g`. The
+/// one expression for the sort and for the sizes of its segments, so that
+/// they agree to the bit.
+#[inline(always)]
+fn shifted(p: i64, g: &mut Generator, lower: f64, upper: f64) -> f64 {
+    p as f64 + g.uniform(lower, upper)
+}
+
+/// Sort buffers, reused across the nodes and segments of a run (fresh pages
+/// are slow to fault in): a task takes one from the pool, or makes one, and
+/// returns it.
+type ScratchPool = Mutex<Vec<SortScratch>>;
+
+/// Shifted positions per segment of a large canonical node: each segment is
+/// sorted by a task of its own.
+const PY1E_SEGMENT: i64 = 1 << 23;
+
+/// A large canonical node, ready to be sorted in segments of its shifted
+/// positions by separate tasks: per piece, the generator at the start of its
+/// shuffle and of its shifts, its shift bounds and its position in the node.
+/// Segment `k` holds the shifted positions from `node_len * k / count` to
+/// `node_len * (k + 1) / count` (the first and last segments also take any
+/// below or above, from rounding).
+struct Segments {
+    count: usize,
+    shuffle_at: Vec<Generator>,
+    shifts_at: Vec<Generator>,
+    bounds: Vec<(f64, f64)>,
+    offsets: Vec<i64>,
+}
+
+impl Segments {
+    /// The shifted positions piece `s` of `size` samples can take, with a
+    /// margin for rounding.
+    fn key_range(&self, s: usize, size: i64) -> (f64, f64) {
+        let (lower, upper) = self.bounds[s];
+        let offset = self.offsets[s];
+        (
+            offset as f64 + lower - 1.0,
+            (offset + size) as f64 + upper + 1.0,
+        )
+    }
+
+    /// Where segment `k` starts (`node_len` for `k == count`).
+    fn start(&self, k: usize, node_len: i64) -> i64 {
+        (i128::from(node_len) * k as i128 / self.count as i128) as i64
+    }
+
+    /// Segment `k`'s range of shifted positions, `[from, to)`.
+    fn range(&self, k: usize, node_len: i64) -> (f64, f64) {
+        let from = if k == 0 {
+            f64::NEG_INFINITY
+        } else {
+            self.start(k, node_len) as f64
+        };
+        let to = if k + 1 == self.count {
+            f64::INFINITY
+        } else {
+            self.start(k + 1, node_len) as f64
+        };
+        (from, to)
+    }
+
+    /// How many of the node's shifted positions lie below `cut`: every
+    /// sample of the pieces below it, and those of the pieces across it
+    /// counted from their draws.
+    fn count_below(&self, node: &[Span], cut: f64) -> usize {
+        let mut below = 0;
+        for (s, &(begin, end)) in node.iter().enumerate() {
+            let size = end - begin;
+            let (lowest, highest) = self.key_range(s, size);
+            if highest < cut {
+                below += size as usize;
+            } else if lowest < cut {
+                let (lower, upper) = self.bounds[s];
+                let mut g = self.shifts_at[s].clone();
+                let offset = self.offsets[s];
+                below += (offset..offset + size)
+                    .filter(|&p| shifted(p, &mut g, lower, upper) < cut)
+                    .count();
+            }
+        }
+        below
+    }
+}
+
+impl Py1eBlocks {
+    /// How many segments a node of `node_len` samples is sorted in: one (the
+    /// node is a single task) unless it spans at least two segments and its
+    /// pieces and shifts are short beside a segment (each segment's task
+    /// shuffles and draws every piece that can reach it, so the work repeated
+    /// at the ends stays small).
+    fn segment_count(&self, node: &[Span], node_len: i64, segment_len: i64) -> usize {
+        let short = segment_len / 8;
+        if node_len < 2 * segment_len
+            || self.reach() > short as f64
+            || node.iter().any(|&(begin, end)| end - begin > short)
+        {
+            return 1;
+        }
+        ((node_len + segment_len - 1) / segment_len) as usize
+    }
+
+    /// Takes `rng` past a node exactly as [`Py1eBlocks::node`] would, without
+    /// the samples, recording what its segments need. Returns the record
+    /// and whether a block was smaller than its piece.
+    fn plan_segments(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        count: usize,
+    ) -> Result<(Segments, bool)> {
+        let what = "the generator states of a canonical node";
+        let mut shuffle_at = vec_with_capacity(node.len(), what)?;
+        let mut shifts_at = vec_with_capacity(node.len(), what)?;
+        let mut bounds = vec_with_capacity(node.len(), what)?;
+        let mut offsets = vec_with_capacity(node.len(), what)?;
+        let mut offset = 0;
+        for &(begin, end) in node {
+            shuffle_at.push(rng.clone());
+            rng.skip_shuffle((end - begin) as usize);
+            offsets.push(offset);
+            offset += end - begin;
+        }
+        let small = self.skip_blocks(rng, node, |piece_bounds, g| {
+            bounds.push(piece_bounds);
+            shifts_at.push(g.clone());
+        })?;
+        let plan = Segments {
+            count,
+            shuffle_at,
+            shifts_at,
+            bounds,
+            offsets,
+        };
+        Ok((plan, small))
+    }
+
+    /// Sorts a planned node into `out`, its segments in parallel: each
+    /// segment's size is counted first, so each writes its own part of
+    /// `out`.
+    fn sort_segments(&self, plan: &Segments, node: &[Span], out: &mut [i64], pool: &ScratchPool) {
+        let node_len = out.len() as i64;
+        let cuts: Vec<f64> = (1..plan.count).map(|k| plan.range(k, node_len).0).collect();
+        let below: Vec<usize> = cuts
+            .par_iter()
+            .map(|&cut| plan.count_below(node, cut))
+            .chain([out.len()])
+            .collect();
+        let mut parts = Vec::with_capacity(plan.count);
+        let (mut rest, mut start) = (out, 0);
+        for &end in &below {
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+            parts.push(part);
+            rest = tail;
+            start = end;
+        }
+        parts.into_par_iter().enumerate().for_each(|(k, part)| {
+            let mut scratch = lock(pool).pop().unwrap_or_default();
+            self.sort_segment(plan, k, node, node_len, part, &mut scratch);
+            lock(pool).push(scratch);
+        });
+    }
+
+    /// Segment `k` of a planned node, sorted into `out`: the pieces that can
+    /// reach it shuffled and their shifts drawn again, keeping the shifted
+    /// positions inside the segment.
+    fn sort_segment(
+        &self,
+        plan: &Segments,
+        k: usize,
+        node: &[Span],
+        node_len: i64,
+        out: &mut [i64],
+        scratch: &mut SortScratch,
+    ) {
+        let (from, to) = plan.range(k, node_len);
+        let first = plan.start(k, node_len);
+        let width = plan.start(k + 1, node_len) - first;
+        // Subtracting a whole number below the key is exact: the order and
+        // the ties of the shifted positions stay as they are.
+        let base = first as f64;
+        let reach = self.reach();
+        let stride = 1usize << FINE_BITS;
+        let longest = node.iter().map(|&(b, e)| e - b).max().unwrap_or(0);
+        let mut values = vec![0i64; longest as usize];
+        scratch.begin(width as usize);
+        for (s, &(begin, end)) in node.iter().enumerate() {
+            let size = end - begin;
+            let (lowest, highest) = plan.key_range(s, size);
+            if highest < from || lowest >= to {
+                continue;
+            }
+            let values = &mut values[..size as usize];
+            fill_ids(values, begin);
+            plan.shuffle_at[s].clone().shuffle(values);
+            let (lower, upper) = plan.bounds[s];
+            let mut g = plan.shifts_at[s].clone();
+            let mut p = plan.offsets[s];
+            // Most pieces lie wholly inside the segment.
+            let inside = lowest >= from && highest < to;
+            for chunk in values.chunks(stride) {
+                if inside {
+                    for &value in chunk {
+                        scratch.push(shifted(p, &mut g, lower, upper) - base, value);
+                        p += 1;
+                    }
+                } else {
+                    for &value in chunk {
+                        let key = shifted(p, &mut g, lower, upper);
+                        if key >= from && key < to {
+                            scratch.push(key - base, value);
+                        }
+                        p += 1;
+                    }
+                }
+                scratch.flush_below(p as f64 - reach - base, out);
+            }
+        }
+        scratch.finish(out);
+    }
+}
+
+/// How the generator's thread hands a canonical node of `py1e` to a task.
+enum NodeWork {
+    /// The swap partners of its shuffles, and the generator after them.
+    Partners(Vec<u32>, Generator),
+    /// A large node, sorted in segments.
+    Segments(Segments),
+    /// Neither (too many partners to record): the task runs the node from
+    /// the generator's state at its start.
+    FromStart,
+}
+
 fn py1e(
     shard_sizes: &[i64],
     num_samples: u64,
@@ -600,8 +865,8 @@ fn py1e(
     run_seed: u128,
     epoch_seed: u128,
     block_size: u64,
-    block_smaller_than_shard: &mut bool,
-) -> Result<Vec<i64>> {
+    segment_len: i64,
+) -> Result<(Vec<i64>, bool)> {
     let ((spans, parts), mut rng) =
         node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?;
     let node_len = |&(first, last): &(usize, usize)| -> i64 {
@@ -619,20 +884,26 @@ fn py1e(
         block_size,
     };
     let mut ids = zeroed_ids(num_samples, "the shuffled sample ids")?;
-    if !go_parallel(num_samples) || parts.len() == 1 {
+    let one_task = |part: &(usize, usize)| {
+        blocks.segment_count(&spans[part.0..part.1], node_len(part), segment_len) == 1
+    };
+    if !go_parallel(num_samples) || (parts.len() == 1 && one_task(&parts[0])) {
         let mut scratch = SortScratch::default();
+        let mut small = false;
         let mut rest: &mut [i64] = &mut ids;
         for part in &parts {
             let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
             rest = tail;
             let node = &spans[part.0..part.1];
-            *block_smaller_than_shard |= blocks.node(&mut rng, node, out, &mut scratch)?;
+            small |= blocks.node(&mut rng, node, out, &mut scratch)?;
         }
-        return Ok(ids);
+        return Ok((ids, small));
     }
-    // Scratch buffers are reused across nodes (fresh pages are slow to fault
-    // in): a node takes one from the pool, or makes one, and returns it.
-    let pool: Mutex<Vec<SortScratch>> = Mutex::new(Vec::new());
+    // The sorts are cache-bound: clearing fresh pages of the output in the
+    // middle of them would evict their buckets, so the pages are faulted in
+    // first.
+    prefault(&mut ids);
+    let pool = ScratchPool::default();
     let partner_pool = PartnerPool::default();
     let small = AtomicBool::new(false);
     let mut rest: &mut [i64] = &mut ids;
@@ -643,36 +914,55 @@ fn py1e(
     });
     // The generator's thread draws each node's swap partners (as py1s does)
     // and skips its block and shift draws; the task shuffles by the partners
-    // and sorts from the generator's state after the shuffles.
+    // and sorts from the generator's state after the shuffles. A large node
+    // is planned for its segments instead.
     in_pieces(
         &mut rng,
         nodes,
         OUTSTANDING_PER_THREAD * parallel::num_threads(),
-        |rng, (node, _)| {
+        |rng, (node, out)| {
+            let count = blocks.segment_count(node, out.len() as i64, segment_len);
+            if count > 1 {
+                let (plan, smaller) = blocks.plan_segments(rng, node, count)?;
+                small.fetch_or(smaller, Ordering::Relaxed);
+                return Ok(NodeWork::Segments(plan));
+            }
             let partners = draw_partners(rng, node, &partner_pool);
             let shuffled = rng.clone();
-            let smaller = blocks.skip_blocks(rng, node)?;
+            let smaller = blocks.skip_blocks(rng, node, |_, _| {})?;
             small.fetch_or(smaller, Ordering::Relaxed);
-            Ok(partners.map(|partners| (partners, shuffled)))
+            Ok(match partners {
+                Some(partners) => NodeWork::Partners(partners, shuffled),
+                None => NodeWork::FromStart,
+            })
         },
-        |rng, (node, out), drawn| {
-            let mut scratch = lock(&pool).pop().unwrap_or_default();
-            let smaller = match drawn.flatten() {
-                Some((partners, shuffled)) => {
+        |rng, (node, out), work| {
+            let smaller = match work {
+                Some(NodeWork::Segments(plan)) => {
+                    blocks.sort_segments(&plan, node, out, &pool);
+                    false
+                }
+                Some(NodeWork::Partners(partners, shuffled)) => {
                     fill_with_partners(node, &partners, out);
                     lock(&partner_pool).push(partners);
                     *rng = shuffled;
-                    blocks.sort_node(rng, node, out, &mut scratch)
+                    let mut scratch = lock(&pool).pop().unwrap_or_default();
+                    let smaller = blocks.sort_node(rng, node, out, &mut scratch);
+                    lock(&pool).push(scratch);
+                    smaller?
                 }
-                None => blocks.node(rng, node, out, &mut scratch),
+                Some(NodeWork::FromStart) | None => {
+                    let mut scratch = lock(&pool).pop().unwrap_or_default();
+                    let smaller = blocks.node(rng, node, out, &mut scratch);
+                    lock(&pool).push(scratch);
+                    smaller?
+                }
             };
-            lock(&pool).push(scratch);
-            small.fetch_or(smaller?, Ordering::Relaxed);
+            small.fetch_or(smaller, Ordering::Relaxed);
             Ok(())
         },
     )?;
-    *block_smaller_than_shard |= small.into_inner();
-    Ok(ids)
+    Ok((ids, small.into_inner()))
 }
 
 /// Tasks of [`in_pieces`] queued or running, per thread of the pool, past
@@ -767,7 +1057,7 @@ pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
 /// The buffers of the `py1e` sort, reusable from one node to the next.
 ///
 /// Items are pushed in position order as `(key, value)`. A bucket sort on the
-/// key clamped to `[0, len)` (a non-decreasing map, so buckets are ordered):
+/// key clamped to `[0, width)` (a non-decreasing map, so buckets are ordered):
 /// each item goes to its coarse bucket of `2^FINE_BITS` integers as it is
 /// pushed; then each coarse bucket (small enough for the cache) is
 /// counting-sorted on steps of `1/SUB_BUCKETS`, and each step's items (rarely
@@ -775,7 +1065,8 @@ pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
 /// equal keys keep their push order.
 #[derive(Debug, Default)]
 pub struct SortScratch {
-    len: usize,
+    /// Keys are clamped to `[0, width)`.
+    width: usize,
     /// Coarse buckets already written out, and the output position reached.
     done: usize,
     at: usize,
@@ -792,15 +1083,16 @@ pub struct SortScratch {
 }
 
 impl SortScratch {
-    /// Starts a sort of `len` items.
-    pub fn begin(&mut self, len: usize) {
-        self.len = len;
+    /// Starts a sort of items whose keys lie in `[0, width)` (a key outside
+    /// counts as the nearest end of the range).
+    pub fn begin(&mut self, width: usize) {
+        self.width = width;
         self.done = 0;
         self.at = 0;
-        let count = if len == 0 {
+        let count = if width == 0 {
             0
         } else {
-            ((len - 1) >> FINE_BITS) + 1
+            ((width - 1) >> FINE_BITS) + 1
         };
         // Buckets left by an unfinished sort go back to the spares.
         for bucket in &mut self.coarse {
@@ -815,10 +1107,10 @@ impl SortScratch {
 
     /// The integer bucket of a key.
     #[inline(always)]
-    fn bucket(len: usize, key: f64) -> usize {
-        let top = (len - 1) as f64;
+    fn bucket(width: usize, key: f64) -> usize {
+        let top = (width - 1) as f64;
         if key >= top {
-            len - 1
+            width - 1
         } else if key > 0.0 {
             key as usize
         } else {
@@ -826,13 +1118,13 @@ impl SortScratch {
         }
     }
 
-    /// Adds the next item (at most `len` of them).
+    /// Adds the next item.
     #[inline(always)]
     pub fn push(&mut self, key: f64, value: i64) {
-        if self.len == 0 {
+        if self.width == 0 {
             return;
         }
-        let c = Self::bucket(self.len, key) >> FINE_BITS;
+        let c = Self::bucket(self.width, key) >> FINE_BITS;
         let bucket = &mut self.coarse[c];
         if bucket.capacity() == 0 {
             *bucket = self.spare.pop().unwrap_or_default();
@@ -864,11 +1156,11 @@ impl SortScratch {
     /// `1/SUB_BUCKETS` step, clamped like [`SortScratch::bucket`] (scaling by
     /// a power of two is exact, so this refines the integer buckets).
     #[inline(always)]
-    fn sub_bucket(len: usize, c: usize, key: f64) -> usize {
+    fn sub_bucket(width: usize, c: usize, key: f64) -> usize {
         let scaled = key * SUB_BUCKETS as f64;
-        let top = (len * SUB_BUCKETS - 1) as f64;
+        let top = (width * SUB_BUCKETS - 1) as f64;
         let sub = if scaled >= top {
-            len * SUB_BUCKETS - 1
+            width * SUB_BUCKETS - 1
         } else if scaled > 0.0 {
             scaled as usize
         } else {
@@ -879,8 +1171,8 @@ impl SortScratch {
 
     /// Sorts coarse bucket `c` and writes its values at the next positions.
     fn write_bucket(&mut self, c: usize, out: &mut [i64]) {
-        let width = SUB_BUCKETS << FINE_BITS;
-        let len = self.len;
+        let steps = SUB_BUCKETS << FINE_BITS;
+        let width = self.width;
         let mut bucket = std::mem::take(&mut self.coarse[c]);
         let n = bucket.len();
         if n > u32::MAX as usize {
@@ -900,10 +1192,10 @@ impl SortScratch {
         // Counting sort on the sub-bucket, remembering each item's.
         let next = &mut self.next;
         next.clear();
-        next.resize(width, 0);
+        next.resize(steps, 0);
         let mut crowded = false;
         for (&(k, _), sub_of) in bucket.iter().zip(&mut self.sub_of) {
-            let f = Self::sub_bucket(len, c, k);
+            let f = Self::sub_bucket(width, c, k);
             *sub_of = f as u32;
             next[f] += 1;
             crowded |= next[f] > 32;
@@ -1055,6 +1347,38 @@ mod tests {
                 parallel::set_num_threads(threads);
                 let many = get_shuffle(algo, &sizes, ncn, 8, 3, 1 << 18).unwrap();
                 assert_eq!(one, many, "{algo:?} {threads} threads");
+            }
+        }
+        parallel::set_num_threads(0);
+    }
+
+    #[test]
+    fn large_nodes_sorted_in_segments_agree_with_one_sort() {
+        // Segments of 4,096 shifted positions: every node below spans
+        // several (one node, as a single task whose segments run on the
+        // pool, or several nodes); blocks are sometimes smaller than pieces.
+        let sizes: Vec<i64> = (0..500).map(|i| (i * 7919) % 300 + 1).collect();
+        let n = total_samples(&sizes).unwrap();
+        let (segment_len, block_size) = (4096, 256);
+        let blocks = Py1eBlocks {
+            low: scaled_block(0.75, block_size),
+            high: scaled_block(1.25, block_size),
+            block_size,
+        };
+        let run = |ncn: u64| py1e(&sizes, n, ncn, 8, 11, block_size, segment_len).unwrap();
+        for ncn in [1u64, 3, 7] {
+            let ((spans, parts), _) = node_spans(&sizes, n, ncn, 8, 11).unwrap();
+            for &(first, last) in &parts {
+                let node = &spans[first..last];
+                let len = node.iter().map(|&(b, e)| e - b).sum();
+                assert!(blocks.segment_count(node, len, segment_len) > 1, "{ncn}");
+            }
+            parallel::set_num_threads(1);
+            let one = run(ncn);
+            assert!(one.1, "some block is smaller than its piece");
+            for threads in [2, 3] {
+                parallel::set_num_threads(threads);
+                assert_eq!(one, run(ncn), "{ncn} nodes, {threads} threads");
             }
         }
         parallel::set_num_threads(0);
