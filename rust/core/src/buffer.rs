@@ -22,7 +22,7 @@ pub fn zeroed_ids(count: u64, what: &str) -> Result<Vec<i64>> {
     Ok(ids)
 }
 
-/// Touches every page of `ids`, on every core, so that the kernel clears
+/// Touches every page of `ids`, in parallel pieces, so that the kernel clears
 /// them now rather than in the middle of a cache-bound pass over them
 /// (clearing a page evicts that much of the pass's data from the caches).
 pub fn prefault(ids: &mut [i64]) {

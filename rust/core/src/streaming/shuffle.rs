@@ -42,13 +42,15 @@
 //!   thread count.
 //! - `py1e` replaces numpy's `argsort` of the shifted positions by a bucket
 //!   sort on them (each lies inside its canonical node), with buckets
-//!   written out as soon as no later position can reach them. A canonical
-//!   node of many segments of 2^23 shifted positions (Streaming's default
-//!   for `py1e` is one canonical node per physical node) is sorted segment
-//!   by segment in parallel: the generator's thread records where each
-//!   piece's shuffle and shifts start, each segment's size is counted from
-//!   the few pieces that straddle its ends, and each segment's task
-//!   shuffles and shifts the pieces that can reach it, keeping its own.
+//!   written out as soon as no later position can reach them. With more
+//!   than one thread, a canonical node of at least two segments of 2^23
+//!   shifted positions (Streaming's default for `py1e` is one canonical
+//!   node per physical node), with pieces and shifts short beside a
+//!   segment, is sorted segment by segment in parallel: the generator's
+//!   thread records where each piece's shuffle and shifts start, each
+//!   segment's size is counted from the few pieces that straddle its ends,
+//!   and each segment's task shuffles and shifts the pieces that can reach
+//!   it, keeping its own.
 
 use super::numpy_rng::{apply_partners, Generator};
 use crate::buffer::{ids_with_capacity, prefault, vec_with_capacity, zeroed_ids};
@@ -641,6 +643,10 @@ type ScratchPool = Mutex<Vec<SortScratch>>;
 /// sorted by a task of its own.
 const PY1E_SEGMENT: i64 = 1 << 23;
 
+/// The fewest samples per piece, on average, of a node sorted in segments:
+/// its plan keeps about 120 bytes a piece, beside the output's 8 a sample.
+const MIN_MEAN_PIECE: i64 = 64;
+
 /// A large canonical node, ready to be sorted in segments of its shifted
 /// positions by separate tasks: per piece, the generator at the start of its
 /// shuffle and of its shifts, its shift bounds and its position in the node.
@@ -652,7 +658,10 @@ struct Segments {
     shuffle_at: Vec<Generator>,
     shifts_at: Vec<Generator>,
     bounds: Vec<(f64, f64)>,
+    /// Where each piece starts in the node, and the node's length.
     offsets: Vec<i64>,
+    /// [`Py1eBlocks::reach`].
+    reach: f64,
 }
 
 impl Segments {
@@ -665,6 +674,16 @@ impl Segments {
             offset as f64 + lower - 1.0,
             (offset + size) as f64 + upper + 1.0,
         )
+    }
+
+    /// The pieces whose shifted positions may lie in `[from, to)`, found by
+    /// bisection on their positions (a shifted position is at most `reach`
+    /// from its position); the pieces before them lie wholly below `from`.
+    fn reaching(&self, from: f64, to: f64) -> std::ops::Range<usize> {
+        let pieces = self.offsets.len() - 1;
+        let first = self.offsets[1..].partition_point(|&end| end as f64 + self.reach < from);
+        let last = self.offsets[..pieces].partition_point(|&start| start as f64 - self.reach < to);
+        first..last.max(first)
     }
 
     /// Where segment `k` starts (`node_len` for `k == count`).
@@ -691,9 +710,10 @@ impl Segments {
     /// sample of the pieces below it, and those of the pieces across it
     /// counted from their draws.
     fn count_below(&self, node: &[Span], cut: f64) -> usize {
-        let mut below = 0;
-        for (s, &(begin, end)) in node.iter().enumerate() {
-            let size = end - begin;
+        let across = self.reaching(cut, cut);
+        let mut below = self.offsets[across.start] as usize;
+        for s in across {
+            let size = node[s].1 - node[s].0;
             let (lowest, highest) = self.key_range(s, size);
             if highest < cut {
                 below += size as usize;
@@ -721,6 +741,7 @@ impl Py1eBlocks {
         if node_len < 2 * segment_len
             || self.reach() > short as f64
             || node.iter().any(|&(begin, end)| end - begin > short)
+            || (node.len() as i64).saturating_mul(MIN_MEAN_PIECE) > node_len
         {
             return 1;
         }
@@ -740,7 +761,7 @@ impl Py1eBlocks {
         let mut shuffle_at = vec_with_capacity(node.len(), what)?;
         let mut shifts_at = vec_with_capacity(node.len(), what)?;
         let mut bounds = vec_with_capacity(node.len(), what)?;
-        let mut offsets = vec_with_capacity(node.len(), what)?;
+        let mut offsets = vec_with_capacity(node.len() + 1, what)?;
         let mut offset = 0;
         for &(begin, end) in node {
             shuffle_at.push(rng.clone());
@@ -748,6 +769,7 @@ impl Py1eBlocks {
             offsets.push(offset);
             offset += end - begin;
         }
+        offsets.push(offset);
         let small = self.skip_blocks(rng, node, |piece_bounds, g| {
             bounds.push(piece_bounds);
             shifts_at.push(g.clone());
@@ -758,6 +780,7 @@ impl Py1eBlocks {
             shifts_at,
             bounds,
             offsets,
+            reach: self.reach(),
         };
         Ok((plan, small))
     }
@@ -811,7 +834,8 @@ impl Py1eBlocks {
         let longest = node.iter().map(|&(b, e)| e - b).max().unwrap_or(0);
         let mut values = vec![0i64; longest as usize];
         scratch.begin(width as usize);
-        for (s, &(begin, end)) in node.iter().enumerate() {
+        for s in plan.reaching(from, to) {
+            let (begin, end) = node[s];
             let size = end - begin;
             let (lowest, highest) = plan.key_range(s, size);
             if highest < from || lowest >= to {
@@ -853,8 +877,8 @@ enum NodeWork {
     Partners(Vec<u32>, Generator),
     /// A large node, sorted in segments.
     Segments(Segments),
-    /// Neither (too many partners to record): the task runs the node from
-    /// the generator's state at its start.
+    /// Neither (too many partners to record, or no memory for them): the
+    /// task runs the node from the generator's state at its start.
     FromStart,
 }
 
@@ -1150,6 +1174,7 @@ impl SortScratch {
             self.write_bucket(self.done, out);
             self.done += 1;
         }
+        debug_assert_eq!(self.at, out.len(), "one value pushed per output slot");
     }
 
     /// The sub-bucket of a key within coarse bucket `c`: the key's
@@ -1365,6 +1390,10 @@ mod tests {
             high: scaled_block(1.25, block_size),
             block_size,
         };
+        // A node of one-sample pieces stays whole (its plan would outweigh
+        // the output).
+        let tiny: Vec<Span> = (0..3 * segment_len).map(|i| (i, i + 1)).collect();
+        assert_eq!(blocks.segment_count(&tiny, 3 * segment_len, segment_len), 1);
         let run = |ncn: u64| py1e(&sizes, n, ncn, 8, 11, block_size, segment_len).unwrap();
         for ncn in [1u64, 3, 7] {
             let ((spans, parts), _) = node_spans(&sizes, n, ncn, 8, 11).unwrap();
