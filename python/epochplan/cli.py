@@ -297,7 +297,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         )
     if args.epoch + args.epochs - 1 > _MAX_U64:
         raise UsageError(
-            f"the last epoch (--epoch + --epochs - 1) must be at most 2**64 - 1, "
+            f"the last epoch (--epoch + --epochs - 1) must be at most {limit_label(_MAX_U64)}, "
             f"got {args.epoch} + {args.epochs} - 1"
         )
     temp_root = None

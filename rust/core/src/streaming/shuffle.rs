@@ -665,14 +665,17 @@ struct Segments {
 }
 
 impl Segments {
-    /// The shifted positions piece `s` of `size` samples can take, with a
-    /// margin for rounding.
-    fn key_range(&self, s: usize, size: i64) -> (f64, f64) {
+    /// The node's length.
+    fn len(&self) -> i64 {
+        self.offsets[self.offsets.len() - 1]
+    }
+
+    /// The shifted positions piece `s` can take, with a margin for rounding.
+    fn key_range(&self, s: usize) -> (f64, f64) {
         let (lower, upper) = self.bounds[s];
-        let offset = self.offsets[s];
         (
-            offset as f64 + lower - 1.0,
-            (offset + size) as f64 + upper + 1.0,
+            self.offsets[s] as f64 + lower - 1.0,
+            self.offsets[s + 1] as f64 + upper + 1.0,
         )
     }
 
@@ -686,22 +689,22 @@ impl Segments {
         first..last.max(first)
     }
 
-    /// Where segment `k` starts (`node_len` for `k == count`).
-    fn start(&self, k: usize, node_len: i64) -> i64 {
-        (i128::from(node_len) * k as i128 / self.count as i128) as i64
+    /// Where segment `k` starts (the node's length for `k == count`).
+    fn start(&self, k: usize) -> i64 {
+        (i128::from(self.len()) * k as i128 / self.count as i128) as i64
     }
 
     /// Segment `k`'s range of shifted positions, `[from, to)`.
-    fn range(&self, k: usize, node_len: i64) -> (f64, f64) {
+    fn range(&self, k: usize) -> (f64, f64) {
         let from = if k == 0 {
             f64::NEG_INFINITY
         } else {
-            self.start(k, node_len) as f64
+            self.start(k) as f64
         };
         let to = if k + 1 == self.count {
             f64::INFINITY
         } else {
-            self.start(k + 1, node_len) as f64
+            self.start(k + 1) as f64
         };
         (from, to)
     }
@@ -709,19 +712,18 @@ impl Segments {
     /// How many of the node's shifted positions lie below `cut`: every
     /// sample of the pieces below it, and those of the pieces across it
     /// counted from their draws.
-    fn count_below(&self, node: &[Span], cut: f64) -> usize {
+    fn count_below(&self, cut: f64) -> usize {
         let across = self.reaching(cut, cut);
         let mut below = self.offsets[across.start] as usize;
         for s in across {
-            let size = node[s].1 - node[s].0;
-            let (lowest, highest) = self.key_range(s, size);
+            let (offset, end) = (self.offsets[s], self.offsets[s + 1]);
+            let (lowest, highest) = self.key_range(s);
             if highest < cut {
-                below += size as usize;
+                below += (end - offset) as usize;
             } else if lowest < cut {
                 let (lower, upper) = self.bounds[s];
                 let mut g = self.shifts_at[s].clone();
-                let offset = self.offsets[s];
-                below += (offset..offset + size)
+                below += (offset..end)
                     .filter(|&p| shifted(p, &mut g, lower, upper) < cut)
                     .count();
             }
@@ -789,11 +791,10 @@ impl Py1eBlocks {
     /// segment's size is counted first, so each writes its own part of
     /// `out`.
     fn sort_segments(&self, plan: &Segments, node: &[Span], out: &mut [i64], pool: &ScratchPool) {
-        let node_len = out.len() as i64;
-        let cuts: Vec<f64> = (1..plan.count).map(|k| plan.range(k, node_len).0).collect();
+        let cuts: Vec<f64> = (1..plan.count).map(|k| plan.range(k).0).collect();
         let below: Vec<usize> = cuts
             .par_iter()
-            .map(|&cut| plan.count_below(node, cut))
+            .map(|&cut| plan.count_below(cut))
             .chain([out.len()])
             .collect();
         let mut parts = Vec::with_capacity(plan.count);
@@ -806,7 +807,7 @@ impl Py1eBlocks {
         }
         parts.into_par_iter().enumerate().for_each(|(k, part)| {
             let mut scratch = lock(pool).pop().unwrap_or_default();
-            self.sort_segment(plan, k, node, node_len, part, &mut scratch);
+            self.sort_segment(plan, k, node, part, &mut scratch);
             lock(pool).push(scratch);
         });
     }
@@ -819,13 +820,12 @@ impl Py1eBlocks {
         plan: &Segments,
         k: usize,
         node: &[Span],
-        node_len: i64,
         out: &mut [i64],
         scratch: &mut SortScratch,
     ) {
-        let (from, to) = plan.range(k, node_len);
-        let first = plan.start(k, node_len);
-        let width = plan.start(k + 1, node_len) - first;
+        let (from, to) = plan.range(k);
+        let first = plan.start(k);
+        let width = plan.start(k + 1) - first;
         // Subtracting a whole number below the key is exact: the order and
         // the ties of the shifted positions stay as they are.
         let base = first as f64;
@@ -837,7 +837,7 @@ impl Py1eBlocks {
         for s in plan.reaching(from, to) {
             let (begin, end) = node[s];
             let size = end - begin;
-            let (lowest, highest) = plan.key_range(s, size);
+            let (lowest, highest) = plan.key_range(s);
             if highest < from || lowest >= to {
                 continue;
             }
