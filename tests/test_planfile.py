@@ -229,6 +229,8 @@ def test_missing_rank_file(plan_dir: Path) -> None:
         ({"seed": -1}, "bad plan parameters: seed must be an int in"),
         ({"seed": 2**64}, "bad plan parameters: seed must be an int in"),
         ({"num_steps": 40.0}, "num_steps is 40.0"),
+        ({"total_bytes": 1}, r"total_bytes is 1, the files take \d+"),
+        ({"total_bytes": None}, "total_bytes is None"),
         ({"chunk_size": 4.7}, "'chunk_size' has the wrong type"),
         ({"preload_nchunks": True}, "'preload_nchunks' has the wrong type"),
         ({"chunk_size": "abc"}, "'chunk_size' has the wrong type"),

@@ -213,6 +213,8 @@ def test_bad_inputs() -> None:
     sizes = np.array([3, 4], dtype=np.int64)
     with pytest.raises(KeyError):
         get_shuffle("py3s", sizes, 1, 0, 0)
+    with pytest.raises(TypeError, match="algo must be a str, got list"):
+        get_shuffle(["py1e"], sizes, 1, 0, 0)  # type: ignore[arg-type]
     for algo in ALGOS:
         with pytest.raises(ValueError, match="shard_sizes"):
             get_shuffle(algo, np.array([3, -1]), 1, 0, 0)

@@ -198,6 +198,11 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
+def _files_bytes(counts: list[int], num_epochs: int) -> int:
+    """The bytes of a plan's files: one per rank (of ``counts`` ids) per epoch."""
+    return sum(_native.npy_file_size(c) for c in counts) * num_epochs
+
+
 def _prepare_output(
     out: Path, force: bool, params: dict[str, Any], world_size: int, num_epochs: int
 ) -> tuple[EpochPlan, list[int], int, Path]:
@@ -214,7 +219,7 @@ def _prepare_output(
 
     sizes = _sizes_plan(params)
     counts = [sizes.rank_size(r, world_size) for r in range(world_size)]
-    total_bytes = sum(_native.npy_file_size(c) for c in counts) * num_epochs
+    total_bytes = _files_bytes(counts, num_epochs)
     free = shutil.disk_usage(out.parent).free
     if total_bytes > free:
         raise PlanError(
@@ -628,6 +633,11 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
             f"{mpath}: num_steps is {m.get('num_steps')!r}, the parameters give {sizes.num_steps}"
         )
     counts = [sizes.rank_size(r, w) for r in range(w)]
+    total_bytes = _files_bytes(counts, len(epochs))
+    if type(m.get("total_bytes")) is not int or m.get("total_bytes") != total_bytes:
+        raise PlanError(
+            f"{mpath}: total_bytes is {m.get('total_bytes')!r}, the files take {total_bytes}"
+        )
     for i, entry in enumerate(files):
         epoch, rank = epochs[i // w], i % w
         name = rank_file_name(epoch, rank)

@@ -74,6 +74,9 @@ def get_shuffle(
         >>> sorted(ids.tolist()) == list(range(12))
         True
     """
+    if not isinstance(algo, str):
+        # Streaming looks the name up in a dict: a list fails as unhashable.
+        raise TypeError(f"algo must be a str, got {type(algo).__name__}")
     if algo not in ALGOS:
         raise KeyError(algo)
     ids, block_smaller_than_shard = _native.streaming_get_shuffle(
