@@ -79,6 +79,20 @@ def test_permute_summary() -> None:
     assert digest in res.stdout
 
 
+def test_closed_output_pipe_stops_quietly() -> None:
+    # `epochplan permute | true`: the reader is gone before the summary.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochplan.cli", "permute", "-n", "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert stderr == b""
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -91,6 +105,7 @@ def test_permute_summary() -> None:
         (["plan", "-n", "10", "--chunk-size", "3"], 2, "apply to --kind chunked only"),
         (["plan", "-n", "1e19"], 2, "argument -n/--num-samples: must be in [0, 2**63 - 1]"),
         (["plan", "-n", "9" * 1000], 2, "is too large"),
+        (["plan", "-n", "10**" + "1" * 5000], 2, "1111'... is too large (see --help)"),
         (["plan", "-n", "0" * 50 + "1", "-g", "0"], 2, "argument -g"),
         (["plan", "--seed", "1e20"], 2, "argument --seed: must be in [0, 2**64 - 1]"),
         (["plan", "-n", "10", "-w", "3000000"], 2, "--world-size * --epochs must be at most"),

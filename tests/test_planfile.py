@@ -133,6 +133,81 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notaplan", "p"]
 
 
+def test_what_appears_during_a_write_is_kept(tmp_path: Path) -> None:
+    # Without force, `out` did not exist when the write began: a directory
+    # made there since (another writer, a user) is never replaced.
+    out = tmp_path / "p"
+
+    def make_out(done: int, total: int) -> None:
+        if not out.exists():
+            out.mkdir()
+            (out / "notes.txt").write_text("precious")
+
+    with pytest.raises(PlanError, match="appeared while the plan was written"):
+        write_plan(out, 10_000, 64, 4, epochs=range(2), progress=make_out)
+    assert (out / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+    # With force, what appeared is checked again before it is replaced.
+    (out / "notes.txt").unlink()
+    out.rmdir()
+    with pytest.raises(PlanError, match="not a plan directory"):
+        write_plan(out, 10_000, 64, 4, epochs=range(2), force=True, progress=make_out)
+    assert (out / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+def test_force_on_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2)
+    monkeypatch.chdir(out)
+    d = write_plan(".", 60, 10, 3, force=True)
+    assert d.path == out and d.world_size == 3
+    verify_plan(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+def test_failed_replacement_keeps_the_old_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2)
+    rename = Path.rename
+
+    def failing_rename(self: Path, target: str | os.PathLike[str]) -> Path:
+        if "-old-" not in self.name and Path(target) == out:
+            raise OSError(16, "Device or resource busy")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing_rename)
+    with pytest.raises(PlanError, match="cannot write: Device or resource busy"):
+        write_plan(out, 60, 10, 3, force=True)
+    monkeypatch.undo()
+    assert open_plan(out).world_size == 2
+    verify_plan(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+def test_failed_manifest_write_is_a_plan_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr(json, "dump", full_disk)
+    with pytest.raises(PlanError, match=r"p: cannot write: File too large"):
+        write_plan(tmp_path / "p", 100, 10, 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_must_be_utf8(tmp_path: Path) -> None:
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/p\xff"))
+    with pytest.raises(PlanError, match="out must be valid UTF-8"):
+        write_plan(out, 100, 10, 2)
+    with pytest.raises(PlanError, match="path must be valid UTF-8"):
+        open_plan(out)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
@@ -225,6 +300,7 @@ def test_missing_rank_file(plan_dir: Path) -> None:
         ({"num_samples": 40_001}, "bad|expected|num_steps"),
         ({"world_size": 5}, "lists 8 files, expected 2 epochs x 5 ranks"),
         ({"epochs": [0, 0]}, "duplicates"),
+        ({"epochs": [-1, 1]}, r"'epochs' must lie in \[0, 2\*\*64 - 1\]"),
         ({"kind": "fancy"}, "unknown kind"),
         ({"seed": -1}, "bad plan parameters: seed must be an int in"),
         ({"seed": 2**64}, "bad plan parameters: seed must be an int in"),
@@ -451,19 +527,39 @@ def test_sigkill_mid_write_leaves_nothing_valid(tmp_path: Path) -> None:
     verify_plan(out)
 
 
-def test_sigint_mid_write_cleans_up(tmp_path: Path) -> None:
-    out = tmp_path / "p"
+@pytest.mark.parametrize(
+    ("sig", "code", "message"),
+    [
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGTERM, 143, "terminated by SIGTERM"),
+        (signal.SIGHUP, 129, "terminated by SIGHUP"),
+    ],
+)
+@pytest.mark.parametrize("demo", [False, True])
+def test_signal_mid_write_cleans_up(
+    tmp_path: Path, sig: signal.Signals, code: int, message: str, demo: bool
+) -> None:
+    # With --out, the partial directory goes; without (the demo), the
+    # temporary directory made for the plan goes too.
+    out = [] if demo else ["--out", str(tmp_path / "p")]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "epochplan.cli", "plan", "-n", "6e7", "-w", "2", "--out", str(out)],
+        [sys.executable, "-m", "epochplan.cli", "plan", "-n", "6e7", "-w", "2", *out],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
-    _wait_for_partial(tmp_path)
-    proc.send_signal(signal.SIGINT)
+    if demo:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("epochplan-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _wait_for_partial(next(tmp_path.glob("epochplan-*")))
+    else:
+        _wait_for_partial(tmp_path)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    assert stderr.strip() == "epochplan plan: interrupted"
+    assert proc.returncode == code
+    assert stderr.strip() == f"epochplan plan: {message}"
     assert list(tmp_path.iterdir()) == []
 
 

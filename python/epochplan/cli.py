@@ -13,8 +13,10 @@ import os
 import re
 import resource
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,17 +62,17 @@ def count(text: str) -> int:
         # Far beyond any limit; also keeps huge numbers out of messages.
         raise argparse.ArgumentTypeError(f"{text[:40]!r}... is too large")
     base = int(digits)
-    if m.group(2) is not None:
-        exp = int(m.group(2))
-        if exp > 64:
-            raise argparse.ArgumentTypeError(f"{text!r} is too large")
-        return int(base**exp)
-    if m.group(3) is not None:
-        exp = int(m.group(3))
-        if exp > 20:
-            raise argparse.ArgumentTypeError(f"{text!r} is too large")
-        return int(base * 10**exp)
-    return base
+    power, exponent = m.group(2), m.group(3)
+    if power is None and exponent is None:
+        return base
+    # A long exponent is read only after its length is checked (int() refuses
+    # over 4,300 digits).
+    exp_digits = (power or exponent).lstrip("0") or "0"
+    exp = int(exp_digits) if len(exp_digits) <= 3 else 1000
+    if exp > (64 if power is not None else 20):
+        shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
+        raise argparse.ArgumentTypeError(f"{shown} is too large")
+    return int(base**exp) if power is not None else int(base * 10**exp)
 
 
 def _in_range(lo: int, hi: int) -> Callable[[str], int]:
@@ -494,6 +496,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is so that it unwinds as
+    for Ctrl-C (partial files and the demo's temporary directory removed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _unwind_on_termination() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise _Terminated(signum)
+
+    signals = (signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, unwind) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``epochplan`` console script."""
     parser = build_parser()
@@ -503,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prog = f"{PROG} {args.command}"
     try:
-        code: int = args.run(args)
+        with _unwind_on_termination():
+            code: int = args.run(args)
         return code
     except UsageError as e:
         print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
@@ -511,6 +541,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except _Terminated as e:
+        print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
+    except BrokenPipeError:
+        # The reader of the output went away (``epochplan permute | head``):
+        # stop quietly, as a tool killed by SIGPIPE would, without a second
+        # error when Python flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
     except (ValueError, TypeError, OverflowError, OSError, MemoryError) as e:
         msg = str(e) or type(e).__name__
         if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:

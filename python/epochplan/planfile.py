@@ -62,6 +62,7 @@ MAX_FILES = 1 << 20
 
 _KINDS = ("cipher", "uniform", "chunked", "identity")
 _PARTIAL = ".partial-"
+_MAX_EPOCH = 2**64 - 1
 
 #: ``progress(done, total)``: samples (or bytes, when verifying) so far.
 Progress = Callable[[int, int], None]
@@ -80,7 +81,13 @@ def rank_file_name(epoch: int, rank: int) -> str:
 def _path(value: Any, name: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
-    return Path(value)
+    path = Path(value)
+    try:
+        # The files are opened by the Rust core, which takes UTF-8 paths.
+        str(path).encode()
+    except UnicodeEncodeError:
+        raise PlanError(f"{name} must be valid UTF-8, got {str(path)!r}") from None
+    return path
 
 
 def _progress(value: Any) -> Progress | None:
@@ -286,9 +293,13 @@ def write_plan(
         or getattr(epochs, "ndim", 1) == 0
     ):
         raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
-    out = _path(out, "out")
+    # Absolute, so that "." or "dir/.." name the directory itself and its
+    # hidden siblings land beside it.
+    out = Path(os.path.abspath(_path(out, "out")))
+    if not out.name:
+        raise PlanError(f"out must name a directory below the root, got {str(out)!r}")
     progress = _progress(progress)
-    epoch_list = [int_arg(e, "epochs[]", 0, 2**64 - 1) for e in epochs]
+    epoch_list = [int_arg(e, "epochs[]", 0, _MAX_EPOCH) for e in epochs]
     if not epoch_list:
         raise ValueError("epochs must not be empty")
     if len(set(epoch_list)) != len(epoch_list):
@@ -370,7 +381,14 @@ def write_plan(
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(tmp)
-        _publish(tmp, out)
+        _publish(tmp, out, force)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        where = out
+        if e.filename is not None:
+            with contextlib.suppress(ValueError):
+                where = out / Path(e.filename).relative_to(tmp)
+        raise PlanError(f"{where}: cannot write: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -383,22 +401,40 @@ def _version() -> str:
     return __version__
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Renames the finished ``tmp`` to ``out``. An existing ``out`` (checked
-    replaceable) is first made invalid (its manifest removed), then moved
-    aside and removed, so no interruption leaves an old or partial plan that
-    loads under any name."""
-    if out.exists():
+def _publish(tmp: Path, out: Path, force: bool) -> None:
+    """Renames the finished ``tmp`` to ``out``.
+
+    Without ``force``, ``out`` did not exist when the write began: whatever
+    appeared there since is kept (a rename replaces at most an empty
+    directory) and the write fails. With ``force``, an existing ``out`` is
+    checked replaceable again, moved aside under a hidden partial name (so an
+    interruption leaves it for the next write to remove as stale), replaced,
+    then removed; if the replacement fails, it is moved back."""
+    if not force:
+        try:
+            os.rename(tmp, out)
+        except OSError as e:
+            raise PlanError(
+                f"{out} appeared while the plan was written ({e.strerror or e}); "
+                "not replacing it (use force=True, or --force, to replace it)"
+            ) from None
+        _fsync_dir(out.parent)
+        return
+    trash = None
+    if out.exists() or out.is_symlink():
+        if not _is_replaceable(out):
+            raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
         trash = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-old-{secrets.token_hex(4)}"
-        with contextlib.suppress(FileNotFoundError):
-            (out / MANIFEST).unlink()
         out.rename(trash)
+    try:
         tmp.rename(out)
-        _fsync_dir(out.parent)
+    except BaseException:
+        if trash is not None:
+            trash.rename(out)
+        raise
+    _fsync_dir(out.parent)
+    if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
-    else:
-        tmp.rename(out)
-        _fsync_dir(out.parent)
 
 
 def _field(manifest: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path) -> Any:
@@ -606,6 +642,8 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
     epochs = _field(m, "epochs", list, mpath)
     if not epochs or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
         raise PlanError(f"{mpath}: 'epochs' must be a non-empty list of ints")
+    if not all(0 <= e <= _MAX_EPOCH for e in epochs):
+        raise PlanError(f"{mpath}: 'epochs' must lie in [0, 2**64 - 1]")
     if len(set(epochs)) != len(epochs):
         raise PlanError(f"{mpath}: 'epochs' has duplicates")
     files = _field(m, "files", list, mpath)
