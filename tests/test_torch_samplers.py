@@ -99,22 +99,40 @@ def test_seed_and_epoch_are_hashed_not_added() -> None:
 
 
 def test_bad_rank_errors_match_torch() -> None:
-    for w, r in [(2, 2), (2, -1), (0, 0), (3, 5)]:
+    for w, r in [(2, 2), (2, -1), (3, 5)]:
         with pytest.raises(ValueError) as theirs:
             torch_dist.DistributedSampler(range(4), w, r)
         with pytest.raises(ValueError) as ours:
             et.DistributedSampler(range(4), w, r)
         assert str(ours.value) == str(theirs.value)
+    # torch blames the rank ("interval [0, -1]"); the world size is at fault.
+    for w in (0, -2):
+        with pytest.raises(
+            ValueError, match=rf"num_replicas must be in \[1, 2\*\*63 - 1\], got {w}"
+        ):
+            et.DistributedSampler(range(4), w, 0)
+    with pytest.raises(
+        ValueError, match=r"num_replicas must be in .* got 0 \(from the rank provider"
+    ):
+        et.resolve_rank(None, 0, rank_fn=lambda: (0, 0))
     with pytest.raises(TypeError, match="rank must be an int"):
         et.DistributedSampler(range(4), 2, "1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="num_replicas must be an int"):
         et.ElasticBatchSampler(4, 2, 1, num_replicas=2.0, rank=0)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="micro_batch_size must be >= 1"):
+    with pytest.raises(ValueError, match=r"micro_batch_size must be an int in \[1, 2\*\*63 - 1\]"):
         et.ElasticBatchSampler(4, 2, 0, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=rf"micro_batch_size must be an int in .*, got {2**63}"):
+        et.ElasticBatchSampler(4, 2, 2**63, num_replicas=1, rank=0)
     with pytest.raises(ValueError, match="global_batch_size"):
         et.ElasticBatchSampler(4, 0, 1, num_replicas=1, rank=0)
-    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    with pytest.raises(ValueError, match=r"^batch_size must be an int in \[1, 2\*\*63 - 1\]"):
         et.ChunkSampler(4, 2, 1, 0, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=r"^batch_size must be an int in"):
+        et.ChunkSampler(4, 2, 1, 2**70, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=r"^num_samples must hold \[0, 2\*\*63 - 1\] samples"):
+        et.ChunkSampler(-1, 2, 1, 4, num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="dataset must be a sized dataset"):
+        et.DistributedSampler(5, 2, 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="chunk_size"):
         et.ChunkSampler(4, 0, 1, 2, num_replicas=1, rank=0)
 
@@ -216,6 +234,69 @@ def test_strided_state_dict_round_trip(cls: type[et.DistributedSampler]) -> None
         s.load_state_dict({"epoch": 0, "seed": 0, "yielded": len(full) + 1})
     with pytest.raises(ValueError, match="missing"):
         s.load_state_dict({"epoch": 0})
+
+
+@pytest.mark.parametrize("cls", [et.DistributedSampler, et.ExactDistributedSampler])
+def test_strided_set_epoch_starts_the_new_epoch(cls: type[et.DistributedSampler]) -> None:
+    # A checkpoint taken after set_epoch(1), before its first index, resumes
+    # all of epoch 1 (not the finished progress of epoch 0).
+    s = cls(range(10), 2, 0, seed=3)
+    list(s)
+    s.set_epoch(1)
+    assert s.state_dict() == {"epoch": 1, "seed": 3, "yielded": 0}
+    epoch1 = list(s)
+    fresh = cls(range(10), 2, 0, seed=3)
+    fresh.load_state_dict({"epoch": 0, "seed": 3, "yielded": 5})
+    fresh.set_epoch(1)  # a new epoch drops the loaded position of another
+    assert list(fresh) == epoch1 and len(fresh) == len(epoch1)
+    # The loop's set_epoch call for the loaded epoch keeps the position.
+    fresh.load_state_dict({"epoch": 1, "seed": 3, "yielded": 2})
+    fresh.set_epoch(1)
+    assert list(fresh) == epoch1[2:]
+
+
+def test_padding_near_the_largest_dataset() -> None:
+    class Huge:
+        def __len__(self) -> int:
+            return 2**63 - 1
+
+    for shuffle in (False, True):
+        s = et.DistributedSampler(Huge(), 3, 2, shuffle=shuffle)  # type: ignore[arg-type]
+        s.load_state_dict({"epoch": 0, "seed": 0, "yielded": s.num_samples - 2})
+        # N = 3q + 1: rank 2's last positions are N - 2 and N + 1 (padding,
+        # past 2**63 - 1), which repeats position 1. (Not list(s): it would
+        # reserve len(s) slots.)
+        tail = [i for i in iter(s)]
+        order = ep.Permutation(2**63 - 1, seed=0, epoch=0) if shuffle else None
+        want = [2**63 - 3, 1] if order is None else [order[2**63 - 3], order[1]]
+        assert tail == want
+
+
+def test_arrays_and_tensors_are_datasets() -> None:
+    # An array or a tensor passed as the data is its samples, even when it
+    # could be read as an int: only a 0-d one stands for N.
+    for data, n in [
+        (np.zeros((10, 3)), 10),
+        (torch.zeros(10, 3), 10),
+        (torch.tensor([7]), 1),
+        (np.array([7]), 1),
+        (np.array(7), 7),
+        (torch.tensor(7), 7),
+        (np.int64(7), 7),
+    ]:
+        sampler = et.ElasticBatchSampler(data, 4, 2, num_replicas=2, rank=0)
+        assert sampler.num_samples == n, (data, n)
+    for bad in (np.array(7.0), 7.0, None):
+        with pytest.raises(TypeError, match="data_source_or_num_samples must be an int or a sized"):
+            et.ElasticBatchSampler(bad, 4, 2, num_replicas=1, rank=0)  # type: ignore[arg-type]
+
+
+def test_elastic_load_state_dict_names_its_argument() -> None:
+    s = et.ElasticBatchSampler(10, 4, 2, num_replicas=2, rank=0)
+    with pytest.raises(ValueError, match=r"^state_dict: .*missing the key"):
+        s.load_state_dict({"cursor": 0})
+    with pytest.raises(TypeError, match=r"^state_dict: .*must be a dict, got list"):
+        s.load_state_dict([1])  # type: ignore[arg-type]
 
 
 def collect(sampler: et.ElasticBatchSampler) -> list[et.WeightedIndices]:

@@ -19,6 +19,7 @@ environment variables, else a rank provider (``rank_fn=`` or
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 from collections.abc import Callable, Iterator, Sequence, Sized
@@ -130,13 +131,13 @@ def resolve_rank(
         num_replicas = found_world if num_replicas is None else num_replicas
         rank = found_rank if rank is None else rank
     where = "" if source == "arguments" else f" (from {source})"
-    # torch's message first (a drop-in), then the bound torch does not check.
+    if not 1 <= num_replicas <= _MAX_SAMPLES:
+        raise ValueError(f"num_replicas must be in [1, 2**63 - 1], got {num_replicas}{where}")
+    # torch's message (a drop-in).
     if rank >= num_replicas or rank < 0:
         raise ValueError(
             f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]{where}"
         )
-    if num_replicas > _MAX_SAMPLES:
-        raise ValueError(f"num_replicas must be in [1, 2**63 - 1], got {num_replicas}{where}")
     return rank, num_replicas
 
 
@@ -173,14 +174,22 @@ def _seed_arg(value: object, name: str) -> int:
 
 
 def _num_samples_of(value: object, name: str) -> int:
+    """N from a dataset (its length) or an int. An array or a tensor is a
+    dataset even when it could stand for an int (``torch.tensor([7])`` holds
+    one sample, not seven); only a 0-d one, which has no length, is an int."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int or a sized dataset, got bool")
-    if hasattr(value, "__index__"):
-        n = operator.index(value)
-    elif isinstance(value, Sized):
-        n = len(value)
-    else:
-        raise TypeError(f"{name} must be an int or a sized dataset, got {type(value).__name__}")
+    n = None
+    if isinstance(value, Sized):
+        with contextlib.suppress(TypeError):
+            n = len(value)
+    if n is None:
+        try:
+            n = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(
+                f"{name} must be an int or a sized dataset, got {type(value).__name__}"
+            ) from None
     if not 0 <= n <= _MAX_SAMPLES:
         raise ValueError(f"{name} must hold [0, 2**63 - 1] samples, got {n}")
     return n
@@ -216,6 +225,10 @@ class _StridedSampler(Sampler[int]):
         seed: int,
         rank_fn: RankProvider | None,
     ) -> None:
+        if not isinstance(dataset, Sized):
+            raise TypeError(
+                f"dataset must be a sized dataset (with len()), got {type(dataset).__name__}"
+            )
         rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
         self.dataset = dataset
         self.num_replicas = num_replicas
@@ -232,9 +245,14 @@ class _StridedSampler(Sampler[int]):
         return self.num_samples
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch: a different ``(seed, epoch)`` gives an unrelated order."""
+        """Sets the epoch: a different ``(seed, epoch)`` gives an unrelated order.
+        Another epoch starts at its first index; the current one is left as it
+        is (so a loaded position survives the loop's ``set_epoch`` call)."""
         _seed_arg(epoch, "epoch")
-        self.epoch = operator.index(epoch)
+        epoch = operator.index(epoch)
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._resume, self._progress = None, _ChunkProgress()
 
     def _order(self) -> Permutation:
         if not self.shuffle:
@@ -250,8 +268,10 @@ class _StridedSampler(Sampler[int]):
         if real:
             parts.append(np.asarray(order[start : start + (real - 1) * w + 1 : w]))
         if real < size:
-            # Padding (torch's rule): position p >= N repeats the order's position p mod N.
-            pad = np.arange(start + real * w, start + size * w, w, dtype=np.int64) % n
+            # Padding (torch's rule): position p >= N repeats the order's position
+            # p mod N. Counted from N (p - N < W), as p itself may pass 2**63 - 1.
+            past = start + real * w - n
+            pad = (past + np.arange(size - real, dtype=np.int64) * w) % n
             parts.append(order.take(pad))
         ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
         out: list[int] = ids.tolist()
@@ -632,9 +652,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         rank_fn: RankProvider | None = None,
     ) -> None:
         self.num_samples = _num_samples_of(data_source_or_num_samples, "data_source_or_num_samples")
-        self.micro_batch_size = int_arg(micro_batch_size, "micro_batch_size")
-        if self.micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        self.micro_batch_size = int_arg(micro_batch_size, "micro_batch_size", 1, _MAX_SAMPLES)
         self.rank, self.num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
         self.global_batch_size = global_batch_size
         self.seed = seed
@@ -739,7 +757,10 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         """Restores a state saved on any world size: the next iteration starts at
         its step. The sample count, global batch size, kind and drop_last must
         match this sampler's; the seed and epoch are taken from the state."""
-        saved = EpochPlan.from_state_dict(state_dict)
+        try:
+            saved = EpochPlan.from_state_dict(state_dict)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise type(e)(f"state_dict: {e}") from None
         mine = self._plan
         for key in ("num_samples", "global_batch_size", "kind", "chunk_size", "preload_nchunks"):
             if getattr(saved, key) != getattr(mine, key):
@@ -827,10 +848,10 @@ class ChunkSampler(ElasticBatchSampler):
         micro_batch_size: int | None = None,
         rank_fn: RankProvider | None = None,
     ) -> None:
+        # Checked here so that messages name this class's arguments.
+        num_samples = _num_samples_of(num_samples, "num_samples")
+        batch_size = int_arg(batch_size, "batch_size", 1, _MAX_SAMPLES)
         rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
-        batch_size = int_arg(batch_size, "batch_size")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if micro_batch_size is None:
             micro_batch_size = -(-batch_size // num_replicas)
         super().__init__(
