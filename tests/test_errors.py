@@ -13,11 +13,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import epochplan as ep
+from epochplan.compat import streaming
 
 ALLOWED = (ValueError, TypeError, OverflowError, IndexError)
 MAX = 2**63 - 1
 P = ep.Permutation(100, seed=1)
 PLAN = ep.EpochPlan(10, 3)
+
+
+class _Long:
+    """A sequence too long to hold."""
+
+    def __len__(self) -> int:
+        return 2**62
+
+    def __getitem__(self, i: int) -> int:
+        return 0
+
 
 CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     # sizes
@@ -131,13 +143,50 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("float rank", lambda: ep.split(10, 2, 1.0), TypeError, "rank"),
     ("bool rank", lambda: ep.split(10, 2, True), TypeError, "rank"),
     ("str world_size", lambda: ep.split(10, "2", 0), TypeError, "world_size"),
-    ("negative samples", lambda: ep.split(-1, 2, 0), ValueError, "num_samples"),
+    ("negative samples", lambda: ep.split(-1, 2, 0), ValueError, "num_samples_or_array must"),
+    ("ragged array", lambda: ep.split([[1], [2, 3]], 2, 0), ValueError, "num_samples_or_array"),
+    ("0-d float array", lambda: ep.split(np.array(1.5), 2, 0), TypeError, "num_samples_or_array"),
+    ("huge range", lambda: ep.split(range(2**62), 2, 0), OverflowError, "num_samples_or_array"),
     ("float samples", lambda: ep.split(10.0, 2, 0), TypeError, "num_samples_or_array"),
     ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
     ("None samples", lambda: ep.split(None, 2, 0), TypeError, "num_samples_or_array"),
     ("unknown mode", lambda: ep.split(10, 2, 0, "blocks"), ValueError, "mode"),
     ("split too large", lambda: ep.split(2**62, 3, 0), OverflowError, "num_samples_or_array"),
     ("mode not a str", lambda: ep.split(10, 2, 0, 1), TypeError, "mode"),
+    # ints beyond what Python prints, flags where ints belong
+    (
+        "huge worker_id",
+        lambda: ep.worker_shard(range(3), 10**5000, 3),
+        ValueError,
+        "worker_id must be an int in [0, 2], got an int of 16610 bits",
+    ),
+    ("numpy bool seed", lambda: ep.Permutation(3, seed=np.True_), TypeError, "seed must be an int"),
+    # arrays numpy cannot make
+    (
+        "ragged shard sizes",
+        lambda: streaming.get_shuffle("py1e", [[1], [2, 3]], 2, 7, 0, 8),
+        ValueError,
+        "shard_sizes must be an array of integers",
+    ),
+    ("positions too long", lambda: P.take(_Long()), OverflowError, "positions is too large"),
+    # materialising
+    (
+        "permutation too large",
+        lambda: ep.permutation(2**61),
+        OverflowError,
+        "num_samples must be at most 1152921504606846975",
+    ),
+    ("copy=False", lambda: np.array(P, copy=False), ValueError, "copy=False"),
+    # resuming: None is no default in a saved state
+    *[
+        (
+            f"state {key} None",
+            lambda key=key: ep.EpochPlan.from_state_dict({**PLAN.state_dict(), key: None}),
+            TypeError,
+            f'state["{key}"] must be',
+        )
+        for key in ("num_samples", "seed", "epoch", "cursor", "kind", "drop_last")
+    ],
     # threads
     ("negative threads", lambda: ep.set_num_threads(-1), ValueError, "num_threads"),
     ("too many threads", lambda: ep.set_num_threads(10**6), ValueError, "num_threads"),
@@ -154,6 +203,16 @@ def test_bad_input_raises_a_named_error(
     with pytest.raises(error) as info:
         call()
     assert name in str(info.value)
+
+
+def test_torch_bools_are_not_ints() -> None:
+    # A torch bool has __index__; like Python's bool it is a flag, not a count.
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="seed must be an int, got Tensor"):
+        ep.Permutation(3, seed=torch.tensor(True))
+    with pytest.raises(TypeError, match="worker_id must be an int, got Tensor"):
+        ep.worker_shard(range(3), torch.tensor(False), 2)
+    assert ep.Permutation(3, seed=torch.tensor(5)).seed == 5
 
 
 def test_ranges_are_in_messages() -> None:
@@ -372,8 +431,6 @@ PLAN_METHODS = {
 )
 @given(data=st.data())
 def test_fuzz_plans_workers_and_streaming(data: st.DataObject) -> None:
-    from epochplan.compat import streaming
-
     target = data.draw(
         st.sampled_from(["EpochPlan", "worker_shard", "partitions", "part", "shuffle"])
     )

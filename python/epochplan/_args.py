@@ -16,11 +16,27 @@ def limit_label(hi: int) -> str:
     return _LIMITS.get(hi, str(hi))
 
 
+def _shown(number: int) -> str:
+    """An int for a message: its digits, or its size when Python would refuse
+    to print it (over 4,300 digits) or it would swamp the message."""
+    if number.bit_length() <= 128:
+        return str(number)
+    return f"{'a negative' if number < 0 else 'an'} int of {number.bit_length()} bits"
+
+
+def _is_bool(value: object) -> bool:
+    """Python's, numpy's or torch's bools (a torch bool tensor has
+    ``__index__``): flags, not numbers."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
 def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = None) -> int:
     """``value`` as an int: anything with ``__index__`` (Python, numpy and 0-d
     torch integers) but bools. TypeError naming ``name`` for other objects,
     ValueError for values outside ``[lo, hi]`` (a missing bound is open)."""
-    if isinstance(value, (bool, np.bool_)) or not hasattr(value, "__index__"):
+    if _is_bool(value) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     try:
         number = operator.index(value)
@@ -29,8 +45,10 @@ def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = No
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
     if (lo is not None and number < lo) or (hi is not None and number > hi):
         if hi is None:
-            raise ValueError(f"{name} must be an int >= {lo}, got {number}")
-        raise ValueError(f"{name} must be an int in [{lo}, {limit_label(hi)}], got {number}")
+            raise ValueError(f"{name} must be an int >= {lo}, got {_shown(number)}")
+        raise ValueError(
+            f"{name} must be an int in [{lo}, {limit_label(hi)}], got {_shown(number)}"
+        )
     return number
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan import _native
+from epochplan._args import int_arg
 
 
 def split(
@@ -27,28 +28,40 @@ def split(
         >>> split(10, 3, 1)
         array([1, 4, 7])
     """
-    if isinstance(num_samples_or_array, (int, np.integer)) and not isinstance(
-        num_samples_or_array, bool
-    ):
-        n = int(num_samples_or_array)
-        start, stop, step = _native.split_range(n, world_size, rank, mode)
-        try:
-            return np.arange(start, stop, step, dtype=np.int64)
-        except (MemoryError, ValueError):
-            # numpy's errors for an output the machine cannot hold (or
-            # address); the library's error names the argument.
-            count = len(range(start, stop, step))
-            raise OverflowError(
-                f"cannot allocate {count} int64 values for the rank's share of "
-                f"num_samples_or_array={n}: not enough memory"
-            ) from None
-    if isinstance(num_samples_or_array, (bool, float, str)):
-        raise TypeError(
-            "num_samples_or_array must be an int or an array, "
-            f"got {type(num_samples_or_array).__name__}"
-        )
-    array = np.asarray(num_samples_or_array)
+    x = num_samples_or_array
+    if isinstance(x, (bool, np.bool_, float, str)):
+        raise TypeError(f"num_samples_or_array must be an int or an array, got {type(x).__name__}")
+    if isinstance(x, (int, np.integer)) or (getattr(x, "ndim", None) == 0):
+        # An int, or a 0-d integer array or tensor (as every int argument).
+        n = int_arg(x, "num_samples_or_array", 0, _native.MAX_SAMPLES)
+        return _share(range(n), world_size, rank, mode)
+    if isinstance(x, range):
+        # The share of a range is a range: only it is built.
+        return _share(x, world_size, rank, mode)
+    try:
+        array = np.asarray(x)
+    except MemoryError:
+        raise OverflowError("num_samples_or_array is too large to hold as an array") from None
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"num_samples_or_array must be an int or an array: {e}") from None
     if array.ndim == 0:
-        raise TypeError("num_samples_or_array must be an int or a 1-d or larger array")
+        raise TypeError(
+            f"num_samples_or_array must be an int or an array, got {type(x).__name__}"
+        )
     start, stop, step = _native.split_range(len(array), world_size, rank, mode)
     return array[start:stop:step]
+
+
+def _share(positions: range, world_size: int, rank: int, mode: str) -> npt.NDArray[np.int64]:
+    """The rank's share of a range, as int64."""
+    start, stop, step = _native.split_range(len(positions), world_size, rank, mode)
+    share = positions[start:stop:step]
+    try:
+        return np.arange(share.start, share.stop, share.step, dtype=np.int64)
+    except (MemoryError, ValueError):
+        # numpy's errors for an output the machine cannot hold (or address);
+        # the library's error names the argument.
+        raise OverflowError(
+            f"cannot allocate {len(share)} int64 values for the rank's share of "
+            f"num_samples_or_array (of {len(positions)}): not enough memory"
+        ) from None

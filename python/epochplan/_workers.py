@@ -41,10 +41,8 @@ def worker_shard(
         worker_id, num_workers = _current_worker()
     if worker_id is None or num_workers is None:
         raise ValueError("worker_id and num_workers must be given together")
-    worker_id = int_arg(worker_id, "worker_id")
     num_workers = int_arg(num_workers, "num_workers", 1, sys.maxsize)
-    if not 0 <= worker_id < num_workers:
-        raise ValueError(f"worker_id must be in [0, {num_workers - 1}], got {worker_id}")
+    worker_id = int_arg(worker_id, "worker_id", 0, num_workers - 1)
     try:
         it = iter(items)
     except TypeError:

@@ -37,6 +37,7 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()
         || obj.is_instance_of::<PyString>()
+        || is_bool_array(obj)
     {
         return Err(not_an_int()?);
     }
@@ -50,6 +51,37 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
         Err(e) if e.is_instance_of::<PyTypeError>(py) => Err(not_an_int()?),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `obj` is a numpy or torch bool (scalar or 0-d array or tensor):
+/// flags, not numbers, like Python's bool (torch's has `__index__`).
+fn is_bool_array(obj: &Bound<'_, PyAny>) -> bool {
+    if obj.is_exact_instance_of::<PyInt>() {
+        return false;
+    }
+    obj.getattr("dtype")
+        .and_then(|d| d.str().map(|s| s.to_string()))
+        .is_ok_and(|d| d == "bool" || d == "torch.bool")
+}
+
+/// `numpy.asarray(obj)`, its failures named: ValueError and TypeError
+/// (ragged or odd input) keep their type, MemoryError (an input too large to
+/// hold) becomes OverflowError, as for the library's other outputs.
+pub fn asarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    np.call_method1("asarray", (obj,)).map_err(|e| {
+        let message = format!("{name} must be an array of integers: {}", e.value(py));
+        if e.is_instance_of::<PyValueError>(py) {
+            PyValueError::new_err(message)
+        } else if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(message)
+        } else if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) {
+            PyOverflowError::new_err(format!("{name} is too large to hold as an array"))
+        } else {
+            e
+        }
+    })
 }
 
 /// A short description of an integer too large to print in a message
@@ -127,16 +159,7 @@ pub fn str_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
 fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>, Vec<usize>)>> {
     let py = obj.py();
     let np = py.import("numpy")?;
-    let arr = np.call_method1("asarray", (obj,)).map_err(|e| {
-        let message = format!("{name} must be an array of integers: {}", e.value(py));
-        if e.is_instance_of::<PyValueError>(py) {
-            PyValueError::new_err(message)
-        } else if e.is_instance_of::<PyTypeError>(py) {
-            PyTypeError::new_err(message)
-        } else {
-            e
-        }
-    })?;
+    let arr = asarray(obj, name)?;
     let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
     let size: usize = arr.getattr("size")?.extract()?;
     // Taken before `ascontiguousarray`, which turns a 0-d array into 1-d.

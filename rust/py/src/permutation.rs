@@ -217,7 +217,16 @@ impl Permutation {
         dtype: Option<&Bound<'py, PyAny>>,
         copy: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = copy; // The array is always built fresh.
+        // The array is always built fresh: numpy 2's protocol asks for an
+        // error when a copy cannot be avoided.
+        if let Some(c) = copy.filter(|c| !c.is_none()) {
+            if !c.is_truthy()? {
+                return Err(PyValueError::new_err(
+                    "Unable to avoid copy while creating an array as requested: a Permutation \
+                 computes its ids (copy=False is not possible)",
+                ));
+            }
+        }
         let ids = py.detach(|| self.order.to_vec()).py()?;
         let arr = Self::array(py, ids).into_any();
         match dtype {
@@ -276,9 +285,11 @@ pub fn permutation<'py>(
         preload_nchunks,
         "uniform",
     )?;
-    if n > (isize::MAX as u64) / 8 {
+    const MAX_MATERIALISED: u64 = (isize::MAX as u64) / 8;
+    if n > MAX_MATERIALISED {
         return Err(pyo3::exceptions::PyOverflowError::new_err(format!(
-            "num_samples={n} is too large to materialise"
+            "num_samples must be at most {MAX_MATERIALISED} to materialise the ids \
+             (8 bytes each), got {n}"
         )));
     }
     let ids = py

@@ -1,6 +1,6 @@
 //! `EpochPlan` and its micro-batch iterator.
 
-use crate::args::{bool_arg, int_arg, opt_int_arg, sample_ids_arg, MAX_I64, MAX_U64};
+use crate::args::{bool_arg, int_arg, opt_int_arg, sample_ids_arg, str_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
@@ -350,6 +350,22 @@ impl EpochPlan {
                 "state['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
             )));
         }
+        // Every value is checked here, under its key's name: `EpochPlan()`
+        // reads None as "the default", which would silently restart a run.
+        for (k, lo, hi) in [
+            ("num_samples", 0, MAX_I64),
+            ("global_batch_size", 1, MAX_I64),
+            ("seed", 0, MAX_U64),
+            ("epoch", 0, MAX_U64),
+            ("cursor", 0, MAX_I64),
+        ] {
+            int_arg(&get(k)?, &format!("state[{k:?}]"), lo, hi)?;
+        }
+        for k in ["chunk_size", "preload_nchunks"] {
+            opt_int_arg(Some(&get(k)?), &format!("state[{k:?}]"), 1, MAX_I64)?;
+        }
+        str_arg(&get("kind")?, "state[\"kind\"]")?;
+        bool_arg(&get("drop_last")?, "state[\"drop_last\"]")?;
         let opt = |k: &str| d.get_item(k);
         let (seed, epoch, kind) = (opt("seed")?, opt("epoch")?, opt("kind")?);
         let (drop_last, cursor) = (opt("drop_last")?, opt("cursor")?);

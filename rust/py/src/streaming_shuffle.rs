@@ -1,7 +1,7 @@
 //! Bindings of Streaming's shuffles (`get_shuffle`) and small private hooks
 //! (`_np_*`) that expose the numpy generator for tests.
 
-use crate::args::{int_arg, str_arg, MAX_I64, MAX_U64};
+use crate::args::{asarray, int_arg, str_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use epochplan_core::streaming::numpy_rng::{Generator, SeedSequence};
 use epochplan_core::streaming::shuffle::{self, Algo};
@@ -25,7 +25,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 fn sizes_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i64>> {
     let py = obj.py();
     let np = py.import("numpy")?;
-    let arr = np.call_method1("asarray", (obj,))?;
+    let arr = asarray(obj, name)?;
     let dtype = arr.getattr("dtype")?;
     let kind: String = dtype.getattr("kind")?.extract()?;
     let size: usize = arr.getattr("size")?.extract()?;
