@@ -696,9 +696,14 @@ def test_import_epochplan_does_not_import_torch() -> None:
 
 
 def test_reprs() -> None:
+    # The dataset's length, not the per-rank `num_samples` attribute (3 here).
     assert repr(et.DistributedSampler(range(5), 2, 1)).startswith(
-        "DistributedSampler(num_samples=5"
+        "DistributedSampler(dataset_len=5, num_replicas=2"
     )
+    assert repr(et.ExactDistributedSampler(range(5), 2, 1)).startswith(
+        "ExactDistributedSampler(dataset_len=5, num_replicas=2"
+    )
+    assert "PlanSampler" in et.__all__
     assert "kind='chunked'" in repr(et.ChunkSampler(9, 3, 1, 3, num_replicas=1, rank=0))
 
 

@@ -45,9 +45,7 @@ def split(
     except (ValueError, TypeError) as e:
         raise type(e)(f"num_samples_or_array must be an int or an array: {e}") from None
     if array.ndim == 0:
-        raise TypeError(
-            f"num_samples_or_array must be an int or an array, got {type(x).__name__}"
-        )
+        raise TypeError(f"num_samples_or_array must be an int or an array, got {type(x).__name__}")
     start, stop, step = _native.split_range(len(array), world_size, rank, mode)
     return array[start:stop:step]
 

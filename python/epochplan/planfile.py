@@ -18,7 +18,7 @@ interrupted write never leaves a directory at ``DIR``.
 Example:
     >>> from epochplan.planfile import write_plan, open_plan
     >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
-    >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped, read-only
+    >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ This is the only module of the package that imports torch.
 * :class:`ElasticBatchSampler`: micro-batches of an :class:`~epochplan.EpochPlan`,
   the same count on every rank, with loss weights; resumable on any world size.
 * :class:`ChunkSampler`: the same for chunked storage (kind ``"chunked"``).
+* :class:`PlanSampler`: the same micro-batches read from a plan directory
+  written offline (:mod:`epochplan.planfile`).
 
 Rank and world size come from :func:`resolve_rank`: explicit arguments, else
 ``torch.distributed`` (if initialised), else the ``RANK`` / ``WORLD_SIZE``
@@ -23,7 +25,7 @@ import contextlib
 import operator
 import os
 from collections.abc import Callable, Iterator, Sequence, Sized
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,11 +37,15 @@ from epochplan._args import bool_arg, int_arg
 from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
+if TYPE_CHECKING:
+    from epochplan._plan_sampler import PlanSampler
+
 __all__ = [
     "ChunkSampler",
     "DistributedSampler",
     "ElasticBatchSampler",
     "ExactDistributedSampler",
+    "PlanSampler",
     "RankProvider",
     "WeightedBatch",
     "WeightedCollate",
@@ -381,7 +387,7 @@ class DistributedSampler(_StridedSampler):
 
     def __repr__(self) -> str:
         return (
-            f"DistributedSampler(num_samples={self._n}, num_replicas={self.num_replicas}, "
+            f"DistributedSampler(dataset_len={self._n}, num_replicas={self.num_replicas}, "
             f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, "
             f"drop_last={self.drop_last}, epoch={self.epoch})"
         )
@@ -418,7 +424,7 @@ class ExactDistributedSampler(_StridedSampler):
 
     def __repr__(self) -> str:
         return (
-            f"ExactDistributedSampler(num_samples={self._n}, num_replicas={self.num_replicas}, "
+            f"ExactDistributedSampler(dataset_len={self._n}, num_replicas={self.num_replicas}, "
             f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch})"
         )
 
@@ -869,4 +875,11 @@ class ChunkSampler(ElasticBatchSampler):
         self.batch_size = batch_size
 
 
-from epochplan._plan_sampler import PlanSampler as PlanSampler  # noqa: E402
+def __getattr__(name: str) -> Any:
+    # PlanSampler subclasses ElasticBatchSampler, so its module imports this
+    # one: it is loaded on first use, whichever of the two is imported first.
+    if name == "PlanSampler":
+        from epochplan._plan_sampler import PlanSampler
+
+        return PlanSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
