@@ -2,7 +2,9 @@
 
 Every user mistake (a bad number, a missing directory, an existing output
 without ``--force``) prints one line on stderr and exits with status 2 (bad
-arguments) or 1 (the work failed); Ctrl-C exits with 130. No tracebacks.
+arguments) or 1 (the work failed); Ctrl-C exits with 130, SIGTERM and SIGHUP
+with 128 + the signal, each after removing what a write left unfinished. No
+tracebacks.
 """
 
 from __future__ import annotations
