@@ -262,6 +262,19 @@ def test_unknown_algorithm_and_order_of_checks() -> None:
             ("relaxed", 10, 3, 2, 1, 1, 1, 0, 2),
             ("relaxed", 10, 3, 2, 1, 1, 1, 0, None),
             ("orig", 10, 4, 2, 1, 1, 1, 0, 3),
+            # Any other hashable name is a KeyError, an unhashable one a
+            # TypeError; drop_first=None fails its comparison (TypeError).
+            (None, 10, 2, 2, 1, 1, 2, 0, None),
+            (1, 10, 2, 2, 1, 1, 2, 0, None),
+            (b"orig", 10, 2, 2, 1, 1, 2, 0, None),
+            (["orig"], 10, 2, 2, 1, 1, 2, 0, None),
+            ("orig", 10, 2, 2, 1, 1, 2, None, None),
+            # initial_physical_nodes is read only by "relaxed" resuming on
+            # incompatible node counts: elsewhere any value is ignored.
+            ("orig", 10, 2, 2, 1, 1, 2, 0, -1),
+            ("orig", 10, 2, 2, 1, 1, 2, 0, "x"),
+            ("relaxed", 10, 4, 2, 1, 1, 2, 0, 2.0),
+            ("relaxed", 10, 3, 2, 1, 1, 2, 0, -1),
         ],
         min_ok=0.15,
     )
@@ -387,8 +400,9 @@ def test_part_of_a_huge_plan_is_computed_alone() -> None:
         ({"drop_first": 23}, ValueError, "drop_first"),
         ({"num_samples": 2.0}, TypeError, "num_samples must be an int"),
         ({"batch_size": True}, TypeError, "batch_size must be an int"),
-        ({"algo": 1}, TypeError, "algo must be a str"),
-        ({"algo": "fast"}, KeyError, 'algo must be "orig" or "relaxed", got "fast"'),
+        ({"algo": ["orig"]}, TypeError, "algo must be a str, got list"),
+        ({"algo": "fast"}, KeyError, 'algo must be "orig" or "relaxed", got'),
+        ({"drop_first": None}, TypeError, "drop_first must be an int, got NoneType"),
         ({"num_samples": 2**63}, ValueError, "num_samples"),
         ({"num_samples": 2**62, "batch_size": 2**62}, OverflowError, "2\\*\\*63 - 1"),
         ({"num_canonical_nodes": 3}, ValueError, "multiples of one another"),

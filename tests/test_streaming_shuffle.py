@@ -36,42 +36,49 @@ class _RecordingNumpy(types.ModuleType):
         return np.argsort(a, *args, **kwargs)
 
 
+Warned = list[tuple[type[Warning], str]]
+
+
+def _call(fn: Any, *args: Any) -> tuple[Any, Warned]:
+    """``fn(*args)`` (or the type of its exception) and its warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = fn(*args)
+        except Exception as exc:
+            out = type(exc)
+    return out, [(w.category, str(w.message)) for w in caught]
+
+
 def _reference(
     algo: str, sizes: npt.NDArray[np.int64], ncn: int, seed: int, epoch: int, block: int
-) -> tuple[Any, list[np.ndarray]]:
-    """Streaming's output (or exception type) and py1e's per-node sort keys."""
+) -> tuple[Any, Warned, list[np.ndarray]]:
+    """Streaming's output (or exception type), warnings and py1e's per-node
+    sort keys."""
     ref = load_shuffle()
     recorder = _RecordingNumpy()
     module = ref.py1e if algo == "py1e" else None
     if module is not None:
         module.np = recorder
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = ref.get_shuffle(algo, sizes, ncn, seed, epoch, block)
-    except Exception as exc:
-        out = type(exc)
+        out, warned = _call(ref.get_shuffle, algo, sizes, ncn, seed, epoch, block)
     finally:
         if module is not None:
             module.np = np
-    return out, recorder.keys
+    return out, warned, recorder.keys
 
 
-def _ours(algo: str, sizes: Any, ncn: int, seed: int, epoch: int, block: int) -> Any:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return get_shuffle(algo, sizes, ncn, seed, epoch, block)
-    except Exception as exc:
-        return type(exc)
+def _ours(algo: str, sizes: Any, ncn: int, seed: int, epoch: int, block: int) -> tuple[Any, Warned]:
+    return _call(get_shuffle, algo, sizes, ncn, seed, epoch, block)
 
 
 def _assert_matches(
     algo: str, sizes: npt.NDArray[np.int64], ncn: int, seed: int, epoch: int, block: int
 ) -> None:
-    ref, keys = _reference(algo, sizes, ncn, seed, epoch, block)
-    ours = _ours(algo, sizes, ncn, seed, epoch, block)
+    ref, ref_warned, keys = _reference(algo, sizes, ncn, seed, epoch, block)
+    ours, warned = _ours(algo, sizes, ncn, seed, epoch, block)
     case = f"{algo} sizes={sizes.tolist()[:20]} ncn={ncn} seed={seed} epoch={epoch} block={block}"
+    assert warned == ref_warned, case
     if isinstance(ref, type):
         assert ours is ref, case
         return
@@ -192,8 +199,18 @@ def test_independent_of_thread_count() -> None:
 
 def test_py1e_warns_like_streaming() -> None:
     sizes = np.array([500, 3, 4], dtype=np.int64)
-    with pytest.warns(UserWarning, match="block size was smaller than shard size"):
+    ref = load_shuffle()
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        ref.get_shuffle("py1e", sizes, 1, 0, 0, 16)
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
         get_shuffle("py1e", sizes, 1, 0, 0, 16)
+    # The same category and text, to the character.
+    assert [(w.category, str(w.message)) for w in ours] == [
+        (w.category, str(w.message)) for w in theirs
+    ]
+    assert len(ours) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         get_shuffle("py1e", sizes, 1, 0, 0, 4096)
@@ -215,6 +232,9 @@ def test_bad_inputs() -> None:
         get_shuffle("py3s", sizes, 1, 0, 0)
     with pytest.raises(TypeError, match="algo must be a str, got list"):
         get_shuffle(["py1e"], sizes, 1, 0, 0)  # type: ignore[arg-type]
+    for name in (None, 1, b"py1e"):
+        with pytest.raises(KeyError):
+            get_shuffle(name, sizes, 1, 0, 0)  # type: ignore[arg-type]
     for algo in ALGOS:
         with pytest.raises(ValueError, match="shard_sizes"):
             get_shuffle(algo, np.array([3, -1]), 1, 0, 0)

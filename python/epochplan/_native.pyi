@@ -178,7 +178,7 @@ def streaming_partitions(
     ranks_per_node: int,
     workers_per_rank: int,
     batch_size: int,
-    drop_first: int = 0,
+    drop_first: int,
     initial_physical_nodes: int | None = None,
 ) -> npt.NDArray[np.int64]: ...
 def streaming_partition_part(
@@ -189,7 +189,7 @@ def streaming_partition_part(
     ranks_per_node: int,
     workers_per_rank: int,
     batch_size: int,
-    drop_first: int = 0,
+    drop_first: int,
     initial_physical_nodes: int | None = None,
     *,
     node: int,

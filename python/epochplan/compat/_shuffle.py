@@ -14,10 +14,14 @@ __all__ = ["ALGOS", "get_shuffle"]
 #: The algorithm names Streaming's ``get_shuffle`` accepts.
 ALGOS = frozenset({"naive", "py1s", "py2s", "py1br", "py1e"})
 
+# Streaming's text to the character: its source continues the string with a
+# backslash, so the space before it and the next line's indentation make a
+# gap of 25 spaces.
+_GAP = " " * 25
 _BLOCK_WARNING = (
-    "Shuffle block size was smaller than shard size for some shards. These shards are not "
-    "shuffled with other shards. Set shuffle_block_size to a larger value for a higher "
-    "quality shuffle."
+    f"Shuffle block size was smaller than shard size for some shards. This{_GAP}"
+    f"will result in these shards not being shuffled with other shards. Set{_GAP}"
+    "shuffle_block_size to a larger value for a higher quality shuffle."
 )
 
 
@@ -74,10 +78,13 @@ def get_shuffle(
         >>> sorted(ids.tolist()) == list(range(12))
         True
     """
-    if not isinstance(algo, str):
-        # Streaming looks the name up in a dict: a list fails as unhashable.
-        raise TypeError(f"algo must be a str, got {type(algo).__name__}")
-    if algo not in ALGOS:
+    # Streaming looks the name up in a dict: any other hashable value is a
+    # KeyError, an unhashable one (a list, say) a TypeError.
+    try:
+        known = algo in ALGOS
+    except TypeError:
+        raise TypeError(f"algo must be a str, got {type(algo).__name__}") from None
+    if not known or not isinstance(algo, str):
         raise KeyError(algo)
     ids, block_smaller_than_shard = _native.streaming_get_shuffle(
         algo, shard_sizes, num_canonical_nodes, seed, epoch, block_size

@@ -5,15 +5,16 @@
 //! the Python wrapper) and WARNING records on the
 //! `epochplan.compat.streaming` logger.
 
-use crate::args::{int_arg, int_value, opt_int_arg, str_arg, MAX_I64};
+use crate::args::{int_arg, int_value, opt_int_arg, MAX_I64};
 use crate::errors::{to_py, IntoPyResult};
 use epochplan_core::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
 use epochplan_core::Error;
 use numpy::{IntoPyArray, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyUserWarning};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyTypeError, PyUserWarning};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 use std::ffi::CString;
 
 /// The logger Streaming's log messages go to.
@@ -32,29 +33,41 @@ fn resolve(
     ranks_per_node: &Bound<'_, PyAny>,
     workers_per_rank: &Bound<'_, PyAny>,
     batch_size: &Bound<'_, PyAny>,
-    drop_first: Option<&Bound<'_, PyAny>>,
+    drop_first: &Bound<'_, PyAny>,
     initial_physical_nodes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Partition> {
-    let name = str_arg(algo, "algo")?;
-    let args = PartitionArgs {
+    let mut args = PartitionArgs {
         num_samples: int_arg(num_samples, "num_samples", 1, MAX_I64)?,
         num_canonical_nodes: int_arg(num_canonical_nodes, "num_canonical_nodes", 1, MAX_I64)?,
         num_physical_nodes: int_arg(num_physical_nodes, "num_physical_nodes", 1, MAX_I64)?,
         ranks_per_node: int_arg(ranks_per_node, "ranks_per_node", 1, MAX_I64)?,
         workers_per_rank: int_arg(workers_per_rank, "workers_per_rank", 1, MAX_I64)?,
         batch_size: int_arg(batch_size, "batch_size", 1, MAX_I64)?,
-        drop_first: opt_int_arg(drop_first, "drop_first", 0, MAX_I64)?.unwrap_or(0),
-        initial_physical_nodes: opt_int_arg(
-            initial_physical_nodes,
-            "initial_physical_nodes",
-            0,
-            MAX_I64,
-        )?,
+        drop_first: int_arg(drop_first, "drop_first", 0, MAX_I64)?,
+        initial_physical_nodes: None,
     };
     check_drop_first(&args).py()?;
-    let algo = Algo::parse(&name).ok_or_else(|| {
-        PyKeyError::new_err(format!(r#"algo must be "orig" or "relaxed", got {name:?}"#))
+    // Streaming looks the name up in a dict: any other hashable value is a
+    // KeyError, an unhashable one a TypeError.
+    let algo = match algo.cast::<PyString>() {
+        Ok(name) => Algo::parse(name.to_str()?),
+        Err(_) if algo.hash().is_err() => {
+            return Err(PyTypeError::new_err(format!(
+                "algo must be a str, got {}",
+                algo.get_type().name()?
+            )))
+        }
+        Err(_) => None,
+    }
+    .ok_or_else(|| {
+        let got = algo.repr().map(|r| r.to_string()).unwrap_or_default();
+        PyKeyError::new_err(format!(r#"algo must be "orig" or "relaxed", got {got}"#))
     })?;
+    // Read only where Streaming reads it, as it ignores it elsewhere.
+    if algo.reads_initial_physical_nodes(args.num_canonical_nodes, args.num_physical_nodes) {
+        args.initial_physical_nodes =
+            opt_int_arg(initial_physical_nodes, "initial_physical_nodes", 0, MAX_I64)?;
+    }
     let (partition, notices) = Partition::resolve(algo, &args);
     report(py, &notices)?;
     partition.py()
@@ -102,7 +115,7 @@ fn dims(shape: &[u64]) -> Vec<usize> {
 /// Streaming's `get_partitions`: ids of shape (nodes, ranks per node,
 /// workers per rank, batches per worker, batch size).
 #[pyfunction]
-#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None))]
+#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first, initial_physical_nodes = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn streaming_partitions<'py>(
     py: Python<'py>,
@@ -113,7 +126,7 @@ pub fn streaming_partitions<'py>(
     ranks_per_node: &Bound<'py, PyAny>,
     workers_per_rank: &Bound<'py, PyAny>,
     batch_size: &Bound<'py, PyAny>,
-    drop_first: Option<&Bound<'py, PyAny>>,
+    drop_first: &Bound<'py, PyAny>,
     initial_physical_nodes: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let partition = resolve(
@@ -148,7 +161,7 @@ fn index_arg(obj: &Bound<'_, PyAny>, name: &str, len: u64, what: &str) -> PyResu
 /// One rank's part of Streaming's `get_partitions`: `full[node, rank]`, of
 /// shape (workers per rank, batches per worker, batch size), computed alone.
 #[pyfunction]
-#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first = None, initial_physical_nodes = None, *, node, rank))]
+#[pyo3(signature = (algo, num_samples, num_canonical_nodes, num_physical_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first, initial_physical_nodes = None, *, node, rank))]
 #[allow(clippy::too_many_arguments)]
 pub fn streaming_partition_part<'py>(
     py: Python<'py>,
@@ -159,7 +172,7 @@ pub fn streaming_partition_part<'py>(
     ranks_per_node: &Bound<'py, PyAny>,
     workers_per_rank: &Bound<'py, PyAny>,
     batch_size: &Bound<'py, PyAny>,
-    drop_first: Option<&Bound<'py, PyAny>>,
+    drop_first: &Bound<'py, PyAny>,
     initial_physical_nodes: Option<&Bound<'py, PyAny>>,
     node: &Bound<'py, PyAny>,
     rank: &Bound<'py, PyAny>,

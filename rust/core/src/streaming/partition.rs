@@ -71,6 +71,25 @@ impl Algo {
             Algo::Relaxed => "relaxed",
         }
     }
+
+    /// Whether a given `initial_physical_nodes` shapes the partition: only
+    /// under "relaxed", resuming on a physical node count that does not
+    /// divide (or is not a multiple of) the canonical one. Otherwise
+    /// Streaming does not read it.
+    pub fn reads_initial_physical_nodes(
+        self,
+        num_canonical_nodes: u64,
+        num_physical_nodes: u64,
+    ) -> bool {
+        let (c, p) = (num_canonical_nodes, num_physical_nodes);
+        let compatible = c != 0
+            && if p <= c {
+                c.is_multiple_of(p)
+            } else {
+                p.is_multiple_of(c)
+            };
+        self == Algo::Relaxed && !compatible
+    }
 }
 
 /// The arguments of Streaming's `get_partitions`, with its names.
@@ -702,16 +721,9 @@ impl Partition {
         let a = *args;
         let (p, r, b) = (a.num_physical_nodes, a.ranks_per_node, a.batch_size);
         let c = a.num_canonical_nodes;
-        let compatible = c != 0
-            && if p <= c {
-                c.is_multiple_of(p)
-            } else {
-                p.is_multiple_of(c)
-            };
-        let initial = match (algo, a.initial_physical_nodes) {
-            (Algo::Relaxed, Some(i)) if !compatible => Some(i),
-            _ => None,
-        };
+        let initial = a
+            .initial_physical_nodes
+            .filter(|_| algo.reads_initial_physical_nodes(c, p));
         let Some(initial) = initial else {
             let layout = Layout::new(
                 a.num_samples,
