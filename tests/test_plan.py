@@ -290,3 +290,14 @@ def test_split_step_and_offsets_rebuild_micro_batches_from_stored_ids() -> None:
                     assert np.array_equal(a, b) and np.array_equal(wa, wb)
     with pytest.raises(ValueError, match="ids"):
         plan.split_step(0, 0, 2, 4, np.arange(3))
+
+
+def test_a_step_that_fails_is_not_skipped() -> None:
+    # The first step is too large to hold (2**40 ids): the error is raised,
+    # and the iterator stays on that step instead of moving past it.
+    plan = ep.EpochPlan(2**40 + 5, 2**40)
+    steps = plan.micro_batches(0, 1, 1)
+    for _ in range(2):
+        with pytest.raises(OverflowError, match="cannot allocate"):
+            next(steps)
+        assert len(steps) == 2

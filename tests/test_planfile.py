@@ -114,6 +114,13 @@ def test_progress_reaches_the_total(tmp_path: Path) -> None:
     assert calls[-1] == (6_000_000, 6_000_000)
     done = [a for a, _ in calls]
     assert done == sorted(done)
+    # Verifying counts bytes, the files' headers included.
+    checked: list[tuple[int, int]] = []
+    verify_plan(tmp_path / "p", progress=lambda a, b: checked.append((a, b)))
+    total = sum(f.stat().st_size for f in (tmp_path / "p").rglob("*.npy"))
+    assert checked[-1] == (total, total)
+    done = [a for a, _ in checked]
+    assert done == sorted(done)
 
 
 def test_existing_output_needs_force(tmp_path: Path) -> None:

@@ -487,7 +487,8 @@ fn finish_checksum(file: &ExpectedFile, hasher: &blake3::Hasher) -> Result<()> {
 }
 
 /// Reads the data of `f` in chunks, hashing it and passing each chunk's ids
-/// (with their index in the file) to `visit`.
+/// (with their index in the file) to `visit`. Progress counts the file's
+/// bytes, its header (read by [`open_checked`]) included.
 fn stream_ids(
     file: &ExpectedFile,
     f: &mut File,
@@ -496,6 +497,7 @@ fn stream_ids(
     done: &AtomicU64,
     mut visit: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
+    done.fetch_add(npy_header(file.count).len() as u64, Ordering::Relaxed);
     let mut buf = vec![0u8; CHUNK_IDS * 8];
     let mut index = 0u64;
     while index < file.count {

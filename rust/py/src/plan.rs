@@ -482,16 +482,18 @@ impl MicroBatches {
         if step >= plan.num_steps() {
             return Ok(None);
         }
-        self.next.store(step + 1, Ordering::Relaxed);
-        step_list(
+        // Moved on only once the step is made: a step that fails (no memory
+        // for it, say) is tried again by the next call, not skipped.
+        let list = step_list(
             py,
             plan,
             step,
             self.rank,
             self.world_size,
             self.micro_batch_size,
-        )
-        .map(Some)
+        )?;
+        self.next.store(step + 1, Ordering::Relaxed);
+        Ok(Some(list))
     }
 
     fn __len__(&self) -> usize {
