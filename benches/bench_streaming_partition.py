@@ -84,6 +84,21 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _streaming_reference() -> tuple[Any, str]:
+    """Streaming's ``get_partitions``, loaded from its files as the tests load
+    it, and its version; ``None`` and the reason when it is not installed."""
+    from importlib.metadata import version
+
+    import pytest
+    from streaming_ref import load_partition
+
+    try:
+        ref = load_partition().get_partitions
+    except pytest.skip.Exception as missing:
+        return None, str(missing)
+    return ref, f"mosaicml-streaming {version('mosaicml-streaming')}"
+
+
 def child(impl: str, case_index: int, repeats: int) -> None:
     """Runs one (implementation, case) and prints a JSON line."""
     import numpy as np
@@ -101,11 +116,9 @@ def child(impl: str, case_index: int, repeats: int) -> None:
             def call() -> np.ndarray[Any, Any]:
                 return get_partitions(*case.args())
     else:
-        from streaming_partition_ref import REF_INFO, get_partitions_ref
-
-        if get_partitions_ref is None:
-            raise SystemExit(REF_INFO)
-        ref = get_partitions_ref
+        ref, info = _streaming_reference()
+        if ref is None:
+            raise SystemExit(info)
 
         if case.part:
 
@@ -162,12 +175,12 @@ def main() -> None:
         child(opts.child[0], int(opts.child[1]), opts.repeats)
         return
 
-    from streaming_partition_ref import REF_INFO, get_partitions_ref
+    get_partitions_ref, ref_info = _streaming_reference()
 
     import epochplan
 
     print(f"epochplan {epochplan.__version__}, {epochplan.get_num_threads()} threads")
-    print(f"Streaming: {REF_INFO}")
+    print(f"Streaming: {ref_info}")
     print(
         f'get_partitions("orig", N, canonical nodes, num_physical_nodes={NODES}, '
         f"ranks_per_node={RANKS}, workers_per_rank={WORKERS}, batch_size={BATCH}); "
@@ -185,7 +198,7 @@ def main() -> None:
         rows: list[tuple[str, dict[str, Any] | None, str]] = []
         for impl in ("epochplan", "streaming"):
             if impl == "streaming" and get_partitions_ref is None:
-                rows.append((impl, None, "skipped: " + REF_INFO))
+                rows.append((impl, None, "skipped: " + ref_info))
                 continue
             full = case.output_bytes() * (NODES * RANKS if case.part else 1)
             need = NEED[impl] * (case.output_bytes() if impl == "epochplan" else full)
