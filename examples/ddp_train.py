@@ -61,9 +61,11 @@ def main() -> None:
 
     # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
     use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else None
+    if device is not None:
+        torch.cuda.set_device(device)  # NCCL's collectives run on this rank's GPU
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else None
 
     dataset = Regression(args.num_samples)
     model = torch.nn.Linear(dataset.x.shape[1], 1, dtype=torch.float64, device=device)
@@ -104,8 +106,9 @@ def main() -> None:
     steps_done = 0
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a no-op for the epoch a resumed state is in
-        counts = torch.zeros(args.num_samples, dtype=torch.int64)  # for the check below
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        # For the check below; on the device, as NCCL reduces only GPU tensors.
+        counts = torch.zeros(args.num_samples, dtype=torch.int64, device=device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         steps = 0
         for batch in loader:
             x, y = batch.data
@@ -120,8 +123,8 @@ def main() -> None:
                 # fillers that keep micro-batch counts equal), summed, not averaged.
                 loss = (w * per_sample_loss).sum()
                 loss.backward()
-            loss_sum += loss.detach().cpu()
-            counts[batch.indices[batch.sample_weight > 0]] += 1
+            loss_sum += loss.detach()
+            counts[batch.indices[batch.sample_weight > 0].to(counts.device)] += 1
             if batch.step_end:
                 optimizer.step()
                 optimizer.zero_grad()
@@ -157,8 +160,9 @@ def main() -> None:
                 flush=True,
             )
     if rank == 0:
-        weights = " ".join(f"{v:.6f}" for v in model.weight.reshape(-1).tolist())
-        print(f"final weight {weights} bias {model.bias.item():.6f}", flush=True)
+        # Every digit, for comparing runs on different numbers of ranks.
+        weights = " ".join(repr(v) for v in model.weight.reshape(-1).tolist())
+        print(f"final weight {weights} bias {model.bias.item()!r}", flush=True)
     dist.destroy_process_group()
 
 

@@ -595,7 +595,10 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     Resuming: ``state_dict()`` / ``load_state_dict()`` follow torchdata's
     Stateful protocol (works inside ``StatefulDataLoader``, which saves the
-    state at the batch it hands out). The state is the plan's state
+    state at the batch it hands out; keep its ``snapshot_every_n_steps=1``,
+    the default: with a larger interval it restores an older snapshot and
+    skips the batches handed out since, which assumes a resume at the exact
+    batch, not at the step's start). The state is the plan's state
     (``EpochPlan.state_dict()``: constant size, no world size in it), so a
     state saved on W ranks loads on any W'. The cursor is always a step
     boundary: after the last micro-batch of step ``t`` it points at step
