@@ -124,7 +124,10 @@ def main() -> None:
 
     print(f"\nN = {n:,}; {args.repeats} repeats per case, each case in a fresh process;")
     print(f"{os.cpu_count()} CPUs, load average {load:.1f} at start.\n")
-    print("| case | median (s) | min (s) | numpy / case | torch / case | peak RSS (MB) |")
+    print(
+        "| case | median (s) | min (s) | numpy / case | torch / case "
+        "| peak RSS (MB, whole process) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for key, label in cases:
         r = results[key]
