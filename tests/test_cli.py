@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -80,11 +81,14 @@ def test_permute_summary() -> None:
 
 
 def test_closed_output_pipe_stops_quietly() -> None:
-    # `epochplan permute | true`: the reader is gone before the summary.
+    # `epochplan permute | true`: the reader is gone before the summary
+    # (stdout block-buffered, as to any pipe by default).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "epochplan.cli", "permute", "-n", "1000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=env,
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
@@ -128,6 +132,23 @@ def test_user_mistakes_are_one_line(args: list[str], code: int, message: str) ->
     assert message in lines[0]
 
 
+def test_force_over_the_current_directory(tmp_path: Path) -> None:
+    # `--out .` inside a plan: the new plan replaces the directory itself.
+    plan = tmp_path / "p"
+    assert cli("plan", "-n", "100", "-g", "10", "-w", "2", "-q", "--out", str(plan)).returncode == 0
+    args = ["plan", "-n", "60", "-g", "10", "-w", "3", "--out", ".", "--force"]
+    res = subprocess.run(
+        [sys.executable, "-m", "epochplan.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=plan,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "verified" in res.stdout
+    assert open_plan(plan).world_size == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
 def test_missing_directory_and_existing_output(tmp_path: Path) -> None:
     res = cli("verify", str(tmp_path / "nowhere"))
     assert res.returncode == 1
@@ -167,7 +188,7 @@ def test_bench_writes_a_table_and_a_plot(tmp_path: Path) -> None:
         assert name in table
     rows = [line for line in table.splitlines() if line.startswith("| full permutation")]
     assert len(rows) == 8  # 4 implementations x 2 sizes
-    assert any(re.search(r"\| \d+\.\dx \|", r) for r in rows)  # a speed-up column
+    assert any(re.search(r"\| \d+\.\dx vs \S", r) for r in rows)  # a speed-up, its peer named
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -147,6 +147,13 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("ragged array", lambda: ep.split([[1], [2, 3]], 2, 0), ValueError, "num_samples_or_array"),
     ("0-d float array", lambda: ep.split(np.array(1.5), 2, 0), TypeError, "num_samples_or_array"),
     ("huge range", lambda: ep.split(range(2**62), 2, 0), OverflowError, "num_samples_or_array"),
+    ("range too long", lambda: ep.split(range(2**70), 2, 0), OverflowError, "num_samples_or_array"),
+    (
+        "range beyond int64",
+        lambda: ep.split(range(2**63, 2**63 + 4), 2, 0),
+        OverflowError,
+        "num_samples_or_array",
+    ),
     ("float samples", lambda: ep.split(10.0, 2, 0), TypeError, "num_samples_or_array"),
     ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
     ("None samples", lambda: ep.split(None, 2, 0), TypeError, "num_samples_or_array"),
@@ -183,7 +190,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
             f"state {key} None",
             lambda key=key: ep.EpochPlan.from_state_dict({**PLAN.state_dict(), key: None}),
             TypeError,
-            f'state["{key}"] must be',
+            f"state['{key}'] must be",
         )
         for key in ("num_samples", "seed", "epoch", "cursor", "kind", "drop_last")
     ],

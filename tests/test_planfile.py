@@ -570,6 +570,24 @@ def test_signal_mid_write_cleans_up(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    # Under nohup SIGHUP is ignored: the write goes on to the end.
+    out = tmp_path / "p"
+    args = ["plan", "-n", "3e7", "-w", "2", "--no-verify", "-q", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochplan.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    _wait_for_partial(tmp_path)
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    verify_plan(out)
+
+
 # ---------------------------------------------------------- resources
 
 

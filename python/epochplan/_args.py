@@ -16,7 +16,7 @@ def limit_label(hi: int) -> str:
     return _LIMITS.get(hi, str(hi))
 
 
-def _shown(number: int) -> str:
+def int_label(number: int) -> str:
     """An int for a message: its digits, or its size when Python would refuse
     to print it (over 4,300 digits) or it would swamp the message."""
     if number.bit_length() <= 128:
@@ -45,9 +45,9 @@ def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = No
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
     if (lo is not None and number < lo) or (hi is not None and number > hi):
         if hi is None:
-            raise ValueError(f"{name} must be an int >= {lo}, got {_shown(number)}")
+            raise ValueError(f"{name} must be an int >= {lo}, got {int_label(number)}")
         raise ValueError(
-            f"{name} must be an int in [{lo}, {limit_label(hi)}], got {_shown(number)}"
+            f"{name} must be an int in [{lo}, {limit_label(hi)}], got {int_label(number)}"
         )
     return number
 

@@ -52,8 +52,17 @@ def split(
 
 def _share(positions: range, world_size: int, rank: int, mode: str) -> npt.NDArray[np.int64]:
     """The rank's share of a range, as int64."""
-    start, stop, step = _native.split_range(len(positions), world_size, rank, mode)
+    try:
+        length = len(positions)
+    except OverflowError:
+        raise OverflowError(
+            "num_samples_or_array must hold at most 2**63 - 1 samples, got a longer range"
+        ) from None
+    start, stop, step = _native.split_range(length, world_size, rank, mode)
     share = positions[start:stop:step]
+    low, high = (min(share[0], share[-1]), max(share[0], share[-1])) if share else (0, 0)
+    if low < -(2**63) or high >= 2**63:
+        raise OverflowError("num_samples_or_array's values must fit int64, got a range beyond")
     try:
         return np.arange(share.start, share.stop, share.step, dtype=np.int64)
     except (MemoryError, ValueError):

@@ -344,13 +344,13 @@ def _run_plan(args: argparse.Namespace) -> int:
         if not args.no_verify:
             t1 = time.perf_counter()
             with progress_bar("verifying", "B", show) as bar:
-                verify_plan(out, progress=bar)
+                verify_plan(d.path, progress=bar)
             t_verify = time.perf_counter() - t1
             say(
                 f"verified in {t_verify:.1f} s: checksums ok, every id once per epoch, "
                 f"equal steps ({d.manifest['num_steps']:,} per rank)"
             )
-        say(f"disk: {_size(_dir_bytes(out))}, peak memory (RSS): {_size(_peak_rss_bytes())}")
+        say(f"disk: {_size(_dir_bytes(d.path))}, peak memory (RSS): {_size(_peak_rss_bytes())}")
         if temp_root is not None:
             if args.keep:
                 say(f"kept {out}")
@@ -516,7 +516,10 @@ def _unwind_on_termination() -> Iterator[None]:
     def unwind(signum: int, _frame: object) -> None:
         raise _Terminated(signum)
 
-    signals = (signal.SIGTERM, signal.SIGHUP)
+    # A signal already ignored stays ignored (SIGHUP under nohup, say).
+    signals = [
+        s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN
+    ]
     previous = {s: signal.signal(s, unwind) for s in signals}
     try:
         yield
@@ -536,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _unwind_on_termination():
             code: int = args.run(args)
+            # Written out here, so that a closed pipe is met below rather than
+            # at exit (stdout to a pipe is block-buffered).
+            sys.stdout.flush()
         return code
     except UsageError as e:
         print(f"{prog}: error: {e} (see --help)", file=sys.stderr)

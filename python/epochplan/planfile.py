@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -414,6 +415,8 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         try:
             os.rename(tmp, out)
         except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
             raise PlanError(
                 f"{out} appeared while the plan was written ({e.strerror or e}); "
                 "not replacing it (use force=True, or --force, to replace it)"

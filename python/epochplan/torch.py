@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
-from epochplan._args import bool_arg, int_arg
+from epochplan._args import bool_arg, int_arg, int_label
 from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
@@ -138,7 +138,9 @@ def resolve_rank(
         rank = found_rank if rank is None else rank
     where = "" if source == "arguments" else f" (from {source})"
     if not 1 <= num_replicas <= _MAX_SAMPLES:
-        raise ValueError(f"num_replicas must be in [1, 2**63 - 1], got {num_replicas}{where}")
+        raise ValueError(
+            f"num_replicas must be in [1, 2**63 - 1], got {int_label(num_replicas)}{where}"
+        )
     # torch's message (a drop-in).
     if rank >= num_replicas or rank < 0:
         raise ValueError(

@@ -359,13 +359,13 @@ impl EpochPlan {
             ("epoch", 0, MAX_U64),
             ("cursor", 0, MAX_I64),
         ] {
-            int_arg(&get(k)?, &format!("state[{k:?}]"), lo, hi)?;
+            int_arg(&get(k)?, &format!("state['{k}']"), lo, hi)?;
         }
         for k in ["chunk_size", "preload_nchunks"] {
-            opt_int_arg(Some(&get(k)?), &format!("state[{k:?}]"), 1, MAX_I64)?;
+            opt_int_arg(Some(&get(k)?), &format!("state['{k}']"), 1, MAX_I64)?;
         }
-        str_arg(&get("kind")?, "state[\"kind\"]")?;
-        bool_arg(&get("drop_last")?, "state[\"drop_last\"]")?;
+        str_arg(&get("kind")?, "state['kind']")?;
+        bool_arg(&get("drop_last")?, "state['drop_last']")?;
         let opt = |k: &str| d.get_item(k);
         let (seed, epoch, kind) = (opt("seed")?, opt("epoch")?, opt("kind")?);
         let (drop_last, cursor) = (opt("drop_last")?, opt("cursor")?);
@@ -478,22 +478,37 @@ impl MicroBatches {
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
         use std::sync::atomic::Ordering;
         let plan = &self.plan.get().plan;
-        let step = self.next.load(Ordering::Relaxed);
-        if step >= plan.num_steps() {
-            return Ok(None);
+        // Each step is claimed by one caller (the GIL is released while a
+        // step is made, and the iterator may be shared between threads).
+        let mut step = self.next.load(Ordering::Relaxed);
+        loop {
+            if step >= plan.num_steps() {
+                return Ok(None);
+            }
+            match self
+                .next
+                .compare_exchange(step, step + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => step = now,
+            }
         }
-        // Moved on only once the step is made: a step that fails (no memory
-        // for it, say) is tried again by the next call, not skipped.
-        let list = step_list(
+        let made = step_list(
             py,
             plan,
             step,
             self.rank,
             self.world_size,
             self.micro_batch_size,
-        )?;
-        self.next.store(step + 1, Ordering::Relaxed);
-        Ok(Some(list))
+        );
+        if made.is_err() {
+            // A step that fails (no memory for it, say) is given back, so the
+            // next call tries it again rather than skipping its samples.
+            let _ =
+                self.next
+                    .compare_exchange(step + 1, step, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        made.map(Some)
     }
 
     fn __len__(&self) -> usize {
