@@ -154,6 +154,14 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         OverflowError,
         "num_samples_or_array",
     ),
+    (
+        # Rank 0's share would fit: every rank refuses alike.
+        "range partly beyond int64",
+        lambda: ep.split(range(2**63 - 3, 2**63 + 3), 2, 0, "contiguous"),
+        OverflowError,
+        "num_samples_or_array",
+    ),
+    ("huge rank", lambda: ep.split(10, 2, 10**5000), ValueError, "Invalid rank an int of"),
     ("float samples", lambda: ep.split(10.0, 2, 0), TypeError, "num_samples_or_array"),
     ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
     ("None samples", lambda: ep.split(None, 2, 0), TypeError, "num_samples_or_array"),

@@ -573,7 +573,7 @@ def test_signal_mid_write_cleans_up(
 def test_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
     # Under nohup SIGHUP is ignored: the write goes on to the end.
     out = tmp_path / "p"
-    args = ["plan", "-n", "3e7", "-w", "2", "--no-verify", "-q", "--out", str(out)]
+    args = ["plan", "-n", "6e7", "-w", "2", "--no-verify", "-q", "--out", str(out)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "epochplan.cli", *args],
         stdout=subprocess.PIPE,
@@ -582,6 +582,7 @@ def test_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )
     _wait_for_partial(tmp_path)
+    assert proc.poll() is None  # still writing when the signal comes
     proc.send_signal(signal.SIGHUP)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr

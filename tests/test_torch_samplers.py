@@ -111,6 +111,10 @@ def test_bad_rank_errors_match_torch() -> None:
             ValueError, match=rf"num_replicas must be in \[1, 2\*\*63 - 1\], got {w}"
         ):
             et.DistributedSampler(range(4), w, 0)
+    with pytest.raises(ValueError, match=r"num_replicas must be in .* got an int of 16610 bits"):
+        et.DistributedSampler(range(4), 10**5000, 0)
+    with pytest.raises(ValueError, match="Invalid rank an int of 16610 bits"):
+        et.DistributedSampler(range(4), 4, 10**5000)
     with pytest.raises(
         ValueError, match=r"num_replicas must be in .* got 0 \(from the rank provider"
     ):

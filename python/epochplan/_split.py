@@ -58,11 +58,12 @@ def _share(positions: range, world_size: int, rank: int, mode: str) -> npt.NDArr
         raise OverflowError(
             "num_samples_or_array must hold at most 2**63 - 1 samples, got a longer range"
         ) from None
+    # The whole range, so that every rank agrees on whether it fits.
+    ends = (positions[0], positions[-1]) if positions else (0, 0)
+    if min(ends) < -(2**63) or max(ends) >= 2**63:
+        raise OverflowError("num_samples_or_array's values must fit int64, got a range beyond")
     start, stop, step = _native.split_range(length, world_size, rank, mode)
     share = positions[start:stop:step]
-    low, high = (min(share[0], share[-1]), max(share[0], share[-1])) if share else (0, 0)
-    if low < -(2**63) or high >= 2**63:
-        raise OverflowError("num_samples_or_array's values must fit int64, got a range beyond")
     try:
         return np.arange(share.start, share.stop, share.step, dtype=np.int64)
     except (MemoryError, ValueError):

@@ -537,11 +537,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prog = f"{PROG} {args.command}"
     try:
+        code = _dispatch(args, prog)
+        # Written out here, whatever the outcome, so that a closed pipe is met
+        # below rather than at exit (stdout to a pipe is block-buffered).
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader of the output went away (``epochplan permute | head``):
+        # stop quietly, as a tool killed by SIGPIPE would, without a second
+        # error when Python flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
+def _dispatch(args: argparse.Namespace, prog: str) -> int:
+    """Runs the command; a failure is one line on stderr and its exit status."""
+    try:
         with _unwind_on_termination():
             code: int = args.run(args)
-            # Written out here, so that a closed pipe is met below rather than
-            # at exit (stdout to a pipe is block-buffered).
-            sys.stdout.flush()
         return code
     except UsageError as e:
         print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
@@ -553,13 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
         return 128 + e.signum
     except BrokenPipeError:
-        # The reader of the output went away (``epochplan permute | head``):
-        # stop quietly, as a tool killed by SIGPIPE would, without a second
-        # error when Python flushes stdout at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + signal.SIGPIPE
+        raise  # for main
     except (ValueError, TypeError, OverflowError, OSError, MemoryError) as e:
         msg = str(e) or type(e).__name__
         if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
@@ -569,5 +578,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

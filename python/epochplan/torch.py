@@ -144,7 +144,8 @@ def resolve_rank(
     # torch's message (a drop-in).
     if rank >= num_replicas or rank < 0:
         raise ValueError(
-            f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]{where}"
+            f"Invalid rank {int_label(rank)}, rank should be in the interval "
+            f"[0, {num_replicas - 1}]{where}"
         )
     return rank, num_replicas
 

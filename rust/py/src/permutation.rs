@@ -313,11 +313,14 @@ pub fn split_range(
         Ok(r) => r,
         // Out of range (negative or huge): torch's DistributedSampler wording.
         Err(e) if e.is_instance_of::<PyValueError>(rank.py()) => {
+            let got = match int_value(rank, "rank")? {
+                Ok(v) => v.to_string(),
+                Err(huge) => huge,
+            };
             return Err(PyValueError::new_err(format!(
-                "Invalid rank {}, rank should be in the interval [0, {}]",
-                rank.str()?,
+                "Invalid rank {got}, rank should be in the interval [0, {}]",
                 w - 1
-            )))
+            )));
         }
         Err(e) => return Err(e),
     };

@@ -271,6 +271,7 @@ impl EpochPlan {
             world_size: w,
             micro_batch_size: b,
             next: std::sync::atomic::AtomicU64::new(next),
+            retry: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -466,7 +467,17 @@ pub struct MicroBatches {
     rank: u64,
     world_size: u64,
     micro_batch_size: u64,
+    /// The next step no caller has claimed yet.
     next: std::sync::atomic::AtomicU64,
+    /// Claimed steps that failed (no memory for them, say): the next calls
+    /// try them again rather than skip their samples.
+    retry: std::sync::Mutex<Vec<u64>>,
+}
+
+impl MicroBatches {
+    fn retry(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.retry.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[pymethods]
@@ -480,19 +491,27 @@ impl MicroBatches {
         let plan = &self.plan.get().plan;
         // Each step is claimed by one caller (the GIL is released while a
         // step is made, and the iterator may be shared between threads).
-        let mut step = self.next.load(Ordering::Relaxed);
-        loop {
-            if step >= plan.num_steps() {
-                return Ok(None);
+        let retried = self.retry().pop();
+        let step = match retried {
+            Some(step) => step,
+            None => {
+                let mut step = self.next.load(Ordering::Relaxed);
+                loop {
+                    if step >= plan.num_steps() {
+                        return Ok(None);
+                    }
+                    match self.next.compare_exchange(
+                        step,
+                        step + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break step,
+                        Err(now) => step = now,
+                    }
+                }
             }
-            match self
-                .next
-                .compare_exchange(step, step + 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => break,
-                Err(now) => step = now,
-            }
-        }
+        };
         let made = step_list(
             py,
             plan,
@@ -502,21 +521,18 @@ impl MicroBatches {
             self.micro_batch_size,
         );
         if made.is_err() {
-            // A step that fails (no memory for it, say) is given back, so the
-            // next call tries it again rather than skipping its samples.
-            let _ =
-                self.next
-                    .compare_exchange(step + 1, step, Ordering::Relaxed, Ordering::Relaxed);
+            self.retry().push(step);
         }
         made.map(Some)
     }
 
     fn __len__(&self) -> usize {
         let plan = &self.plan.get().plan;
-        (plan.num_steps()
+        let unclaimed = plan.num_steps()
             - self
                 .next
                 .load(std::sync::atomic::Ordering::Relaxed)
-                .min(plan.num_steps())) as usize
+                .min(plan.num_steps());
+        unclaimed as usize + self.retry().len()
     }
 }
