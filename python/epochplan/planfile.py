@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan import _native
-from epochplan._args import bool_arg, int_arg
+from epochplan._args import bool_arg, int_arg, limit_label
 from epochplan._native import FORMAT_VERSION, EpochPlan
 
 __all__ = [
@@ -63,7 +63,8 @@ MAX_FILES = 1 << 20
 
 _KINDS = ("cipher", "uniform", "chunked", "identity")
 _PARTIAL = ".partial-"
-_MAX_EPOCH = 2**64 - 1
+#: The largest seed or epoch.
+_MAX_U64 = 2**64 - 1
 
 #: ``progress(done, total)``: samples (or bytes, when verifying) so far.
 Progress = Callable[[int, int], None]
@@ -287,7 +288,7 @@ def write_plan(
     num_samples = int_arg(num_samples, "num_samples", 0, _native.MAX_SAMPLES)
     global_batch_size = int_arg(global_batch_size, "global_batch_size", 1, _native.MAX_SAMPLES)
     world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
-    seed = int_arg(seed, "seed", 0, 2**64 - 1)
+    seed = int_arg(seed, "seed", 0, _MAX_U64)
     if (
         isinstance(epochs, (int, np.integer, str, bytes, Mapping))
         or not isinstance(epochs, Iterable)
@@ -300,7 +301,7 @@ def write_plan(
     if not out.name:
         raise PlanError(f"out must name a directory below the root, got {str(out)!r}")
     progress = _progress(progress)
-    epoch_list = [int_arg(e, "epochs[]", 0, _MAX_EPOCH) for e in epochs]
+    epoch_list = [int_arg(e, "epochs[]", 0, _MAX_U64) for e in epochs]
     if not epoch_list:
         raise ValueError("epochs must not be empty")
     if len(set(epoch_list)) != len(epoch_list):
@@ -645,8 +646,8 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
     epochs = _field(m, "epochs", list, mpath)
     if not epochs or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
         raise PlanError(f"{mpath}: 'epochs' must be a non-empty list of ints")
-    if not all(0 <= e <= _MAX_EPOCH for e in epochs):
-        raise PlanError(f"{mpath}: 'epochs' must lie in [0, 2**64 - 1]")
+    if not all(0 <= e <= _MAX_U64 for e in epochs):
+        raise PlanError(f"{mpath}: 'epochs' must lie in [0, {limit_label(_MAX_U64)}]")
     if len(set(epochs)) != len(epochs):
         raise PlanError(f"{mpath}: 'epochs' has duplicates")
     files = _field(m, "files", list, mpath)
