@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import epochplan as ep
-from epochplan import _native
+from epochplan import _native, planfile
 from epochplan.planfile import (
     MANIFEST,
     PlanError,
@@ -173,18 +173,53 @@ def test_force_on_the_current_directory(tmp_path: Path, monkeypatch: pytest.Monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
 
 
+def test_force_swaps_the_plans_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the system swaps two paths atomically, the old plan is never
+    # moved aside: NAME holds a whole plan, old or new, at every moment.
+    if planfile._renameat2() is None:
+        pytest.skip("no renameat2 here")
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2)
+
+    def no_rename(self: Path, target: str | os.PathLike[str]) -> Path:
+        raise AssertionError(f"renamed {self} to {target}")
+
+    monkeypatch.setattr(Path, "rename", no_rename)
+    d = write_plan(out, 60, 10, 3, force=True)
+    monkeypatch.undo()
+    assert d.world_size == 3
+    verify_plan(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+def test_force_without_an_atomic_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planfile, "_exchange", lambda a, b: False)
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2)
+    assert write_plan(out, 60, 10, 3, force=True).world_size == 3
+    verify_plan(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+@pytest.mark.parametrize("swap", [True, False])
 def test_failed_replacement_keeps_the_old_plan(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: bool
 ) -> None:
     out = tmp_path / "p"
     write_plan(out, 100, 10, 2)
     rename = Path.rename
+
+    def failing_exchange(a: Path, b: Path) -> bool:
+        if not swap:
+            return False
+        raise OSError(16, "Device or resource busy", str(b))
 
     def failing_rename(self: Path, target: str | os.PathLike[str]) -> Path:
         if "-old-" not in self.name and Path(target) == out:
             raise OSError(16, "Device or resource busy")
         return rename(self, target)
 
+    monkeypatch.setattr(planfile, "_exchange", failing_exchange)
     monkeypatch.setattr(Path, "rename", failing_rename)
     with pytest.raises(PlanError, match="cannot write: Device or resource busy"):
         write_plan(out, 60, 10, 3, force=True)

@@ -24,11 +24,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import json
 import os
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,9 +412,12 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
     Without ``force``, ``out`` did not exist when the write began: whatever
     appeared there since is kept (a rename replaces at most an empty
     directory) and the write fails. With ``force``, an existing ``out`` is
-    checked replaceable again, moved aside under a hidden partial name (so an
-    interruption leaves it for the next write to remove as stale), replaced,
-    then removed; if the replacement fails, it is moved back."""
+    checked replaceable again and swapped with ``tmp`` in one step, so that
+    ``out`` always holds a whole plan, old or new; the old one, now under
+    the partial name, is removed. Where the system cannot swap, the old plan
+    is moved aside under a hidden partial name (so an interruption leaves it
+    for the next write to remove as stale), replaced, then removed; if the
+    replacement fails, it is moved back."""
     if not force:
         try:
             os.rename(tmp, out)
@@ -428,6 +434,10 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
     if out.exists() or out.is_symlink():
         if not _is_replaceable(out):
             raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
+        if _exchange(tmp, out):
+            _fsync_dir(out.parent)
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
         trash = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-old-{secrets.token_hex(4)}"
         out.rename(trash)
     try:
@@ -439,6 +449,48 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
     _fsync_dir(out.parent)
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
+
+
+# Linux's renameat2(2): its directory argument for paths relative to the
+# working directory, and its flag that swaps two existing paths.
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2``, or None where there is none (not Linux, or a C
+    library older than glibc 2.28)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swaps the existing paths ``a`` and ``b`` atomically. False, with
+    nothing changed, where the system or the filesystem cannot; OSError when
+    it can but the swap fails."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fsdecode(b))
 
 
 def _field(manifest: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path) -> Any:
