@@ -1,14 +1,17 @@
-"""One rank of the DDP tests (tests/test_torch_ddp.py); run with RANK, WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT set, four processes in all.
+"""One rank of the DDP tests (tests/test_torch_ddp.py); run as `_ddp_worker.py OUT_DIR`
+with RANK and WORLD_SIZE set, four processes in all. They meet through a file
+in OUT_DIR (no port to pick, so none to lose to another process).
 
 The four processes form gloo sub-groups of W = 1, 2, 3 and 4 ranks and train the
-same float64 linear model with DistributedDataParallel for one epoch, fed by an
-ElasticBatchSampler through a DataLoader (or torchdata's StatefulDataLoader),
-with gradient accumulation (no_sync on all but a step's last micro-batch) and
-loss = (w * per_sample_loss).sum(). The W = 3 run saves its loader state one
-micro-batch into step 6 (after the optimizer step of step 5); a W = 2 run then
-resumes from it. Each rank writes what it saw and its parameters after every
-step to OUT_DIR/<run>-<rank>.json; the test checks them.
+same float64 linear model with DistributedDataParallel for one epoch of N samples,
+fed by an ElasticBatchSampler through a DataLoader with 0 workers and through
+torchdata's StatefulDataLoader with 2, with gradient accumulation (no_sync on all
+but a step's last micro-batch) and loss = (w * per_sample_loss).sum(). The W = 3
+run with workers saves its loader state one micro-batch into step 6 (after the
+optimizer step of step 5); a W = 2 run then resumes from it. One more run, on 4
+ranks and FILLER_N samples, has a zero-weight filler. Each rank writes what it
+saw and its parameters after every step to OUT_DIR/<run>-<rank>.json; the test
+checks them.
 """
 
 from __future__ import annotations
@@ -29,16 +32,23 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 import epochplan.torch as et
 
-# The last step holds 963 - 15 * 64 = 3 samples: on 4 ranks one rank's only
-# micro-batch of it is a zero-weight filler, which DDP must still synchronise.
-N, G, B, SEED, EPOCH, DIM, LR = 963, 64, 8, 11, 2, 5, 0.1
+N, G, B, SEED, EPOCH, DIM, LR = 1001, 64, 8, 11, 2, 5, 0.1
 SAVE_AFTER_STEP = 5
+# With N the last step's 41 samples fill every rank's micro-batches. With
+# FILLER_N it holds 963 - 15 * 64 = 3: on 4 ranks one rank's only micro-batch
+# of it is a zero-weight filler, which DDP must still synchronise.
+FILLER_N = 963
+# name: (world size, DataLoader workers, samples); workers mean StatefulDataLoader.
+RUNS = {
+    **{f"w{w}-{k}": (w, k, N) for w in (1, 2, 3, 4) for k in (0, 2)},
+    "filler": (4, 0, FILLER_N),
+}
 
 
-def make_data() -> tuple[np.ndarray, np.ndarray]:
+def make_data(n: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((N, DIM))
-    y = x @ np.arange(1.0, DIM + 1) + 0.5 + 0.1 * rng.standard_normal(N)
+    x = rng.standard_normal((n, DIM))
+    y = x @ np.arange(1.0, DIM + 1) + 0.5 + 0.1 * rng.standard_normal(n)
     return x, y
 
 
@@ -50,12 +60,12 @@ def init_params() -> dict[str, torch.Tensor]:
 
 
 class Regression(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self) -> None:
-        x, y = make_data()
+    def __init__(self, n: int) -> None:
+        x, y = make_data(n)
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
 
     def __len__(self) -> int:
-        return N
+        return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[i], self.y[i]
@@ -69,7 +79,7 @@ def train(
     world: int,
     group: Any,
     num_workers: int,
-    stateful: bool,
+    n: int,
     start: dict[str, Any] | None = None,
     save: bool = False,
 ) -> dict[str, Any]:
@@ -81,11 +91,11 @@ def train(
         model.bias.copy_(torch.as_tensor(params["bias"], dtype=torch.float64))
     ddp = DistributedDataParallel(model, process_group=group)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
-    sampler = et.ElasticBatchSampler(N, G, B, num_replicas=world, rank=rank, seed=SEED)
+    sampler = et.ElasticBatchSampler(n, G, B, num_replicas=world, rank=rank, seed=SEED)
     sampler.set_epoch(EPOCH)
-    loader_cls = StatefulDataLoader if stateful else DataLoader
+    loader_cls = StatefulDataLoader if num_workers else DataLoader
     loader = loader_cls(
-        sampler.wrap_dataset(Regression()),
+        sampler.wrap_dataset(Regression(n)),
         batch_sampler=sampler,
         collate_fn=sampler.collate(dtype=torch.float64),
         num_workers=num_workers,
@@ -124,23 +134,25 @@ def train(
 
 
 def main(out_dir: str) -> None:
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method="file://" + os.path.join(out_dir, "store"),
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=timedelta(seconds=120),
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
-    # Implicit rank resolution from the default process group.
+    # Implicit rank resolution: the default process group comes before the
+    # environment variables (made to disagree here).
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", "1"
     implicit = et.DistributedSampler(range(N))
     assert (implicit.rank, implicit.num_replicas) == (rank, world)
     assert et.resolve_rank() == (rank, world)
     groups = {w: dist.new_group(list(range(w))) for w in (1, 2, 3, 4)}
-    runs = [  # name, world size, DataLoader workers, StatefulDataLoader
-        ("w1", 1, 2, False),
-        ("w2", 2, 0, False),
-        ("w3", 3, 2, True),
-        ("w4", 4, 0, False),
-    ]
-    for name, w, workers, stateful in runs:
+    for name, (w, workers, n) in RUNS.items():
         if rank < w:
-            result = train(w, groups[w], workers, stateful, save=name == "w3")
-            if name == "w3" and rank == 0:
+            result = train(w, groups[w], workers, n, save=name == "w3-2")
+            if name == "w3-2" and rank == 0:
                 with open(os.path.join(out_dir, "w3-state.json"), "w") as f:
                     json.dump(result["saved"], f)
             with open(os.path.join(out_dir, f"{name}-{rank}.json"), "w") as f:
@@ -150,7 +162,7 @@ def main(out_dir: str) -> None:
     if rank < 2:
         with open(os.path.join(out_dir, "w3-state.json")) as f:
             start = json.load(f)
-        result = train(2, groups[2], 2, True, start=start)
+        result = train(2, groups[2], 2, N, start=start)
         with open(os.path.join(out_dir, f"resume-{rank}.json"), "w") as f:
             json.dump(result, f)
     dist.barrier()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,20 +22,11 @@ import _ddp_worker as worker
 TIMEOUT = 420  # seconds for the whole group; a hang fails the test
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def launch(script: list[str], world: int, out_dir: Path, extra_env: dict[str, str]) -> None:
-    port = free_port()
     procs = []
     for rank in range(world):
         env = dict(
             os.environ,
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
             RANK=str(rank),
             WORLD_SIZE=str(world),
             OMP_NUM_THREADS="1",
@@ -63,22 +53,21 @@ def launch(script: list[str], world: int, out_dir: Path, extra_env: dict[str, st
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     out = tmp_path_factory.mktemp("ddp")
     launch([sys.executable, worker.__file__, str(out)], 4, out, {})
-    result: dict[str, list[dict[str, Any]]] = {}
-    for name, world in [("w1", 1), ("w2", 2), ("w3", 3), ("w4", 4), ("resume", 2)]:
-        result[name] = [json.loads((out / f"{name}-{r}.json").read_text()) for r in range(world)]
-    return result
+    worlds = {name: world for name, (world, _, _) in worker.RUNS.items()}
+    return {
+        name: [json.loads((out / f"{name}-{r}.json").read_text()) for r in range(world)]
+        for name, world in {**worlds, "resume": 2}.items()
+    }
 
 
-def reference() -> dict[int, list[float]]:
+def reference(n: int) -> dict[int, list[float]]:
     """Plain full-batch SGD over each step's samples (positions [tG, (t+1)G) of the order)."""
-    x, y = (torch.from_numpy(a) for a in worker.make_data())
-    order = torch.from_numpy(
-        np.asarray(ep.Permutation(worker.N, seed=worker.SEED, epoch=worker.EPOCH))
-    )
+    x, y = (torch.from_numpy(a) for a in worker.make_data(n))
+    order = torch.from_numpy(np.asarray(ep.Permutation(n, seed=worker.SEED, epoch=worker.EPOCH)))
     p = worker.init_params()
     weight, bias = p["weight"].clone().requires_grad_(), p["bias"].clone().requires_grad_()
     out = {}
-    for step in range(-(-worker.N // worker.G)):
+    for step in range(-(-n // worker.G)):
         ids = order[step * worker.G : (step + 1) * worker.G]
         loss = ((x[ids] @ weight.T).squeeze(1) + bias - y[ids]).pow(2).mean()
         gw, gb = torch.autograd.grad(loss, [weight, bias])
@@ -98,25 +87,29 @@ def params(run: list[dict[str, Any]]) -> dict[int, np.ndarray]:
     return first
 
 
-@pytest.mark.parametrize("name", ["w1", "w2", "w3", "w4"])
+@pytest.mark.parametrize("name", list(worker.RUNS))
 def test_each_sample_once_and_same_parameters_as_one_rank(
     runs: dict[str, list[dict[str, Any]]], name: str
 ) -> None:
     run = runs[name]
-    steps = -(-worker.N // worker.G)
-    # The all-gathered real sample ids are range(N), each exactly once.
+    n = worker.RUNS[name][2]
+    steps = -(-n // worker.G)
+    # The all-gathered real sample ids are range(n), each exactly once.
     gathered = [i for _, i in run[0]["gathered_ids"]]
-    assert sorted(gathered) == list(range(worker.N))
-    assert sorted(i for r in run for _, i in r["ids"]) == list(range(worker.N))
-    # Every rank ran the same number of micro-batches (no Join needed), on
-    # 4 ranks one of them a zero-weight filler.
+    assert sorted(gathered) == list(range(n))
+    assert sorted(i for r in run for _, i in r["ids"]) == list(range(n))
+    # Every rank ran the same number of micro-batches (no Join needed), in
+    # the filler run one of them a zero-weight filler.
     assert len({r["micro_batches"] for r in run}) == 1
-    assert (sum(r["fillers"] for r in run) > 0) == (name == "w4")
-    # After every step the parameters equal the single-rank run's, and plain SGD's.
-    mine, one, ref = params(run), params(runs["w1"]), reference()
+    assert (sum(r["fillers"] for r in run) > 0) == (name == "filler")
+    # After every step the parameters equal the single-rank run's (with and
+    # without DataLoader workers), and plain SGD's.
+    mine, ref = params(run), reference(n)
+    ones = [params(runs[f"w1-{k}"]) for k in (0, 2)] if n == worker.N else []
     assert sorted(mine) == list(range(steps))
     for step in range(steps):
-        np.testing.assert_allclose(mine[step], one[step], rtol=0, atol=1e-12)
+        for one in ones:
+            np.testing.assert_allclose(mine[step], one[step], rtol=0, atol=1e-12)
         np.testing.assert_allclose(mine[step], ref[step], rtol=0, atol=1e-12)
     # The model really moved: the check is not vacuous.
     assert np.abs(mine[steps - 1] - mine[0]).max() > 0.1
@@ -124,13 +117,13 @@ def test_each_sample_once_and_same_parameters_as_one_rank(
 
 def test_resume_on_two_ranks_from_three(runs: dict[str, list[dict[str, Any]]]) -> None:
     save = worker.SAVE_AFTER_STEP
-    before = [(s, i) for s, i in runs["w3"][0]["gathered_ids"] if s <= save]
+    before = [(s, i) for s, i in runs["w3-2"][0]["gathered_ids"] if s <= save]
     after = runs["resume"][0]["gathered_ids"]
     # The W = 3 run stopped one micro-batch into step save + 1; the resume starts there.
     assert min(s for s, _ in after) == save + 1
     ids = [i for _, i in before + after]
     assert sorted(ids) == list(range(worker.N))
-    resumed, one = params(runs["resume"]), params(runs["w1"])
+    resumed, one = params(runs["resume"]), params(runs["w1-0"])
     steps = -(-worker.N // worker.G)
     assert sorted(resumed) == list(range(save + 1, steps))
     for step in resumed:

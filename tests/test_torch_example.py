@@ -6,7 +6,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +14,6 @@ import numpy as np
 import pytest
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "ddp_train.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def descendants(pid: int) -> list[int]:
@@ -39,8 +32,10 @@ def descendants(pid: int) -> list[int]:
 
 
 def torchrun(nproc: int, *args: str, cwd: Path) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    # --standalone: the rendezvous store binds a free port itself (a port
+    # picked here could be taken by another process before torchrun binds it).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += ["--nproc-per-node", str(nproc)]
     cmd += [str(EXAMPLE), *args]
     proc = subprocess.Popen(
         cmd,
