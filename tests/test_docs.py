@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 MODULES = [
+    "epochplan._native",
     "epochplan._split",
     "epochplan._workers",
     "epochplan.torch",

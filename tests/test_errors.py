@@ -4,6 +4,7 @@ anything else."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +50,12 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("unprintable negative", lambda: ep.Permutation(-(10**5000)), ValueError, "a negative int"),
     ("uniform too large", lambda: ep.permutation(MAX), OverflowError, "num_samples"),
     ("uniform 2**60", lambda: ep.Permutation(2**60, kind="uniform"), OverflowError, "num_samples"),
-    ("cipher too large to list", lambda: ep.permutation(2**62, kind="cipher"), OverflowError, ""),
+    (
+        "cipher too large to list",
+        lambda: ep.permutation(2**62, kind="cipher"),
+        OverflowError,
+        "num_samples must be at most",
+    ),
     # seeds and epochs
     ("negative seed", lambda: ep.Permutation(10, seed=-1), ValueError, "seed"),
     ("seed 2**64", lambda: ep.permutation(10, seed=2**64), ValueError, "seed"),
@@ -60,6 +66,12 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("epoch 2**64", lambda: ep.permutation(10, epoch=2**64), ValueError, "epoch"),
     ("float epoch", lambda: ep.permutation(10, epoch=np.float64(1)), TypeError, "epoch"),
     ("bool epoch", lambda: ep.permutation(10, epoch=True), TypeError, "epoch"),
+    # None is not "the default" (numpy reads seed=None as "a fresh random seed")
+    ("None seed", lambda: ep.Permutation(10, seed=None), TypeError, "seed must be an int"),
+    ("None epoch", lambda: ep.permutation(10, epoch=None), TypeError, "epoch must be an int"),
+    ("None kind", lambda: ep.EpochPlan(10, 3, kind=None), TypeError, "kind must be a str"),
+    ("None drop_last", lambda: ep.EpochPlan(10, 3, drop_last=None), TypeError, "drop_last"),
+    ("None cursor", lambda: ep.EpochPlan(10, 3, cursor=None), TypeError, "cursor must be an int"),
     # kinds
     ("unknown kind", lambda: ep.Permutation(10, kind="random"), ValueError, "kind"),
     ("kind not a str", lambda: ep.permutation(10, kind=1), TypeError, "kind"),
@@ -217,7 +229,10 @@ def test_bad_input_raises_a_named_error(
 ) -> None:
     with pytest.raises(error) as info:
         call()
-    assert name in str(info.value)
+    message = str(info.value)
+    assert name in message
+    # ... and says what is allowed.
+    assert re.search(r"must|\[|at most|cannot|needs|only|too large|not possible", message), message
 
 
 def test_torch_bools_are_not_ints() -> None:

@@ -121,6 +121,34 @@ pub fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult
     }
 }
 
+/// A keyword argument whose default None does not stand for: omitted (the
+/// caller's default applies) or given, None included, so that `seed=None`
+/// gets the argument's TypeError instead of quietly meaning the default.
+/// (pyo3 reads None as omitted for `Option` arguments.)
+#[derive(Debug)]
+pub enum Keyword<'py> {
+    Omitted,
+    Given(Bound<'py, PyAny>),
+}
+
+impl<'py> Keyword<'py> {
+    /// The given value, or None when omitted.
+    pub fn given(&self) -> Option<&Bound<'py, PyAny>> {
+        match self {
+            Keyword::Omitted => None,
+            Keyword::Given(v) => Some(v),
+        }
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Keyword<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Keyword::Given(obj.to_owned()))
+    }
+}
+
 /// An optional integer argument (None passes through).
 pub fn opt_int_arg(
     obj: Option<&Bound<'_, PyAny>>,

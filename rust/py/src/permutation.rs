@@ -1,6 +1,8 @@
 //! `Permutation`, `permutation`, `split_range` and the thread controls.
 
-use crate::args::{int_arg, int_value, opt_int_arg, positions_arg, str_arg, MAX_I64, MAX_U64};
+use crate::args::{
+    int_arg, int_value, opt_int_arg, positions_arg, str_arg, Keyword, MAX_I64, MAX_U64,
+};
 use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
@@ -26,19 +28,22 @@ pub fn kind_arg(
 /// that builds an order, so each argument is checked and named in one place.
 pub fn order_args(
     num_samples: &Bound<'_, PyAny>,
-    seed: Option<&Bound<'_, PyAny>>,
-    epoch: Option<&Bound<'_, PyAny>>,
-    kind: Option<&Bound<'_, PyAny>>,
+    seed: &Keyword<'_>,
+    epoch: &Keyword<'_>,
+    kind: &Keyword<'_>,
     chunk_size: Option<&Bound<'_, PyAny>>,
     preload_nchunks: Option<&Bound<'_, PyAny>>,
     default_kind: &str,
 ) -> PyResult<(u64, u64, u64, Kind)> {
     let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
-    let seed = opt_int_arg(seed, "seed", 0, MAX_U64)?.unwrap_or(0);
-    let epoch = opt_int_arg(epoch, "epoch", 0, MAX_U64)?.unwrap_or(0);
-    let kind = match kind {
-        Some(k) if !k.is_none() => kind_arg(k, chunk_size, preload_nchunks)?,
-        _ => kind_arg(
+    let key = |arg: &Keyword<'_>, name: &str| match arg.given() {
+        Some(v) => int_arg(v, name, 0, MAX_U64),
+        None => Ok(0),
+    };
+    let (seed, epoch) = (key(seed, "seed")?, key(epoch, "epoch")?);
+    let kind = match kind.given() {
+        Some(k) => kind_arg(k, chunk_size, preload_nchunks)?,
+        None => kind_arg(
             &PyString::new(num_samples.py(), default_kind).into_any(),
             chunk_size,
             preload_nchunks,
@@ -55,7 +60,39 @@ pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// A keyed bijection of range(num_samples), evaluated per position.
+/// A keyed bijection of ``range(num_samples)``: position -> sample id,
+/// evaluated per position in O(1) time and memory for every kind but
+/// "uniform" (nothing of size N is built unless asked for).
+///
+/// Index it like an array: ``p[i]``, ``p[a:b:c]`` and ``p.take(positions)``
+/// give ints and int64 arrays; ``np.asarray(p)`` lists every id.
+///
+/// Args:
+///     num_samples: N; the ids are 0 .. N-1 (int in [0, 2**63 - 1]).
+///     seed: the run's seed (int in [0, 2**64 - 1]).
+///     epoch: the epoch (int in [0, 2**64 - 1]). Every (seed, epoch) pair
+///         keys its own order, unrelated to the others.
+///     kind: "cipher" (keyed format-preserving encryption), "uniform" (an
+///         exactly uniform shuffle, held in memory), "chunked" (chunks in
+///         cipher order, samples shuffled within windows of
+///         ``preload_nchunks`` chunks) or "identity".
+///     chunk_size: samples per chunk (kind="chunked" only).
+///     preload_nchunks: consecutive chunks shuffled together (kind="chunked"
+///         only).
+///
+/// Raises:
+///     TypeError: an argument of the wrong type (None too, for seed, epoch
+///         and kind).
+///     ValueError: a value outside its range, an unknown kind, or chunk
+///         parameters missing for kind="chunked" or given to another kind.
+///     OverflowError: kind="uniform" with more ids than memory can hold.
+///
+/// Example:
+///     >>> p = Permutation(10, seed=1, epoch=2)
+///     >>> p[:].tolist()
+///     [0, 8, 9, 3, 4, 1, 5, 2, 7, 6]
+///     >>> p[3], p.take([3, -1]).tolist()
+///     (3, [3, 6])
 #[pyclass(module = "epochplan._native", frozen)]
 #[derive(Debug)]
 pub struct Permutation {
@@ -73,21 +110,25 @@ impl Permutation {
 #[pymethods]
 impl Permutation {
     #[new]
-    #[pyo3(signature = (num_samples, *, seed = None, epoch = None, kind = None, chunk_size = None, preload_nchunks = None))]
+    #[pyo3(
+        signature = (num_samples, *, seed = Keyword::Omitted, epoch = Keyword::Omitted,
+                     kind = Keyword::Omitted, chunk_size = None, preload_nchunks = None),
+        text_signature = "(num_samples, *, seed=0, epoch=0, kind='cipher', chunk_size=None, preload_nchunks=None)"
+    )]
     fn new(
         py: Python<'_>,
         num_samples: &Bound<'_, PyAny>,
-        seed: Option<&Bound<'_, PyAny>>,
-        epoch: Option<&Bound<'_, PyAny>>,
-        kind: Option<&Bound<'_, PyAny>>,
+        seed: Keyword<'_>,
+        epoch: Keyword<'_>,
+        kind: Keyword<'_>,
         chunk_size: Option<&Bound<'_, PyAny>>,
         preload_nchunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let (n, seed, epoch, kind) = order_args(
             num_samples,
-            seed,
-            epoch,
-            kind,
+            &seed,
+            &epoch,
+            &kind,
             chunk_size,
             preload_nchunks,
             "cipher",
@@ -264,23 +305,43 @@ impl Permutation {
     }
 }
 
-/// A materialised permutation of range(num_samples) as an int64 array.
+/// A permutation of ``range(num_samples)`` as an int64 array (the ids of
+/// ``Permutation(...)`` at every position, computed on every core).
+///
+/// Args:
+///     num_samples, seed, epoch, chunk_size, preload_nchunks: as for
+///         :class:`Permutation`.
+///     kind: as for :class:`Permutation`, but "uniform" by default.
+///
+/// Raises:
+///     TypeError, ValueError: as :class:`Permutation`.
+///     OverflowError: more ids than memory can hold.
+///
+/// Example:
+///     >>> permutation(5, kind="identity").tolist()
+///     [0, 1, 2, 3, 4]
+///     >>> sorted(permutation(1000, seed=7).tolist()) == list(range(1000))
+///     True
 #[pyfunction]
-#[pyo3(signature = (num_samples, *, seed = None, epoch = None, kind = None, chunk_size = None, preload_nchunks = None))]
+#[pyo3(
+    signature = (num_samples, *, seed = Keyword::Omitted, epoch = Keyword::Omitted,
+                 kind = Keyword::Omitted, chunk_size = None, preload_nchunks = None),
+    text_signature = "(num_samples, *, seed=0, epoch=0, kind='uniform', chunk_size=None, preload_nchunks=None)"
+)]
 pub fn permutation<'py>(
     py: Python<'py>,
     num_samples: &Bound<'py, PyAny>,
-    seed: Option<&Bound<'py, PyAny>>,
-    epoch: Option<&Bound<'py, PyAny>>,
-    kind: Option<&Bound<'py, PyAny>>,
+    seed: Keyword<'py>,
+    epoch: Keyword<'py>,
+    kind: Keyword<'py>,
     chunk_size: Option<&Bound<'py, PyAny>>,
     preload_nchunks: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let (n, seed, epoch, kind) = order_args(
         num_samples,
-        seed,
-        epoch,
-        kind,
+        &seed,
+        &epoch,
+        &kind,
         chunk_size,
         preload_nchunks,
         "uniform",

@@ -1,6 +1,8 @@
 //! `EpochPlan` and its micro-batch iterator.
 
-use crate::args::{bool_arg, int_arg, opt_int_arg, sample_ids_arg, str_arg, MAX_I64, MAX_U64};
+use crate::args::{
+    bool_arg, int_arg, opt_int_arg, sample_ids_arg, str_arg, Keyword, MAX_I64, MAX_U64,
+};
 use crate::errors::IntoPyResult;
 use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
@@ -26,6 +28,46 @@ const STATE_KEYS: [&str; 10] = [
 
 /// An epoch cut into global steps and dealt to ranks: exact, equal-step,
 /// weighted, elastic and resumable.
+///
+/// Step ``t`` holds the positions ``[t*G, min((t+1)*G, N))`` of the
+/// epoch's order (:class:`Permutation` with the same seed, epoch and kind),
+/// so every sample is in exactly one step, nothing padded or dropped, and a
+/// step's samples do not depend on the world size W. Within a step, rank
+/// ``r`` gets the step's positions ``r, r + W, ...``. For a micro-batch
+/// size b every rank gets the same number of micro-batches in a step; a
+/// rank with too few samples fills them with zero-weight copies. A real
+/// sample of step ``t`` weighs ``W / n_t`` (``n_t`` real samples in the
+/// step), so ``(w * per_sample_loss).sum()``, accumulated over a step's
+/// micro-batches and averaged by DDP, is the mean over the step's samples.
+///
+/// Args:
+///     num_samples: N (int in [0, 2**63 - 1]).
+///     global_batch_size: G, samples per optimizer step over all ranks
+///         (int in [1, 2**63 - 1]).
+///     seed, epoch, kind, chunk_size, preload_nchunks: the order, as for
+///         :class:`Permutation`.
+///     drop_last: drop a short last step.
+///     cursor: samples of the epoch already consumed, at a step boundary (a
+///         multiple of G, or N): the plan starts at the next step. Resuming
+///         at any world size covers the rest of the epoch exactly once.
+///
+/// Raises:
+///     TypeError: an argument of the wrong type (None too, for seed, epoch,
+///         kind, drop_last and cursor).
+///     ValueError: a value outside its range (the cursor off a step
+///         boundary, say), or a kind as :class:`Permutation` rejects.
+///     OverflowError: kind="uniform" with more ids than memory can hold.
+///
+/// Example:
+///     >>> plan = EpochPlan(9, 4)
+///     >>> plan.num_steps
+///     3
+///     >>> plan.step_indices(0, 0, 2).tolist(), plan.step_indices(0, 1, 2).tolist()
+///     ([7, 2], [3, 1])
+///     >>> plan.step_micro_batches(2, 1, 2, 2)  # rank 1 has no sample left: a filler
+///     [(array([8]), array([0.]))]
+///     >>> EpochPlan.from_state_dict(plan.at_step(2).state_dict()).start_step
+///     2
 #[pyclass(module = "epochplan._native", frozen)]
 #[derive(Debug)]
 pub struct EpochPlan {
@@ -37,36 +79,44 @@ pub struct EpochPlan {
 #[pymethods]
 impl EpochPlan {
     #[new]
-    #[pyo3(signature = (num_samples, global_batch_size, *, seed = None, epoch = None, kind = None,
-                        drop_last = None, cursor = None, chunk_size = None, preload_nchunks = None))]
+    #[pyo3(
+        signature = (num_samples, global_batch_size, *, seed = Keyword::Omitted,
+                     epoch = Keyword::Omitted, kind = Keyword::Omitted,
+                     drop_last = Keyword::Omitted, cursor = Keyword::Omitted,
+                     chunk_size = None, preload_nchunks = None),
+        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, chunk_size=None, preload_nchunks=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         num_samples: &Bound<'_, PyAny>,
         global_batch_size: &Bound<'_, PyAny>,
-        seed: Option<&Bound<'_, PyAny>>,
-        epoch: Option<&Bound<'_, PyAny>>,
-        kind: Option<&Bound<'_, PyAny>>,
-        drop_last: Option<&Bound<'_, PyAny>>,
-        cursor: Option<&Bound<'_, PyAny>>,
+        seed: Keyword<'_>,
+        epoch: Keyword<'_>,
+        kind: Keyword<'_>,
+        drop_last: Keyword<'_>,
+        cursor: Keyword<'_>,
         chunk_size: Option<&Bound<'_, PyAny>>,
         preload_nchunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let (n, seed, epoch, kind) = order_args(
             num_samples,
-            seed,
-            epoch,
-            kind,
+            &seed,
+            &epoch,
+            &kind,
             chunk_size,
             preload_nchunks,
             "cipher",
         )?;
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let drop_last = match drop_last {
-            Some(d) if !d.is_none() => bool_arg(d, "drop_last")?,
-            _ => false,
+        let drop_last = match drop_last.given() {
+            Some(d) => bool_arg(d, "drop_last")?,
+            None => false,
         };
-        let cursor = opt_int_arg(cursor, "cursor", 0, MAX_I64)?.unwrap_or(0);
+        let cursor = match cursor.given() {
+            Some(c) => int_arg(c, "cursor", 0, MAX_I64)?,
+            None => 0,
+        };
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
         let plan = Plan::new(order, g, drop_last, cursor).py()?;
         Ok(Self { plan, seed, epoch })
@@ -367,21 +417,19 @@ impl EpochPlan {
         }
         str_arg(&get("kind")?, "state['kind']")?;
         bool_arg(&get("drop_last")?, "state['drop_last']")?;
-        let opt = |k: &str| d.get_item(k);
-        let (seed, epoch, kind) = (opt("seed")?, opt("epoch")?, opt("kind")?);
-        let (drop_last, cursor) = (opt("drop_last")?, opt("cursor")?);
-        let (chunk_size, window) = (opt("chunk_size")?, opt("preload_nchunks")?);
+        let given = |k: &str| get(k).map(Keyword::Given);
+        let (chunk_size, window) = (get("chunk_size")?, get("preload_nchunks")?);
         EpochPlan::new(
             py,
             &get("num_samples")?,
             &get("global_batch_size")?,
-            seed.as_ref(),
-            epoch.as_ref(),
-            kind.as_ref(),
-            drop_last.as_ref(),
-            cursor.as_ref(),
-            chunk_size.as_ref(),
-            window.as_ref(),
+            given("seed")?,
+            given("epoch")?,
+            given("kind")?,
+            given("drop_last")?,
+            given("cursor")?,
+            Some(&chunk_size),
+            Some(&window),
         )
     }
 
