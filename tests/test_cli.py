@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import epochplan as ep
-from epochplan.planfile import open_plan
+from epochplan.planfile import open_plan, verify_plan
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -236,3 +236,29 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     text = b"".join(chunks).decode(errors="replace")
     assert "writing:" in text and "B/s" in text  # a bar with its rate
     assert "checksums ok" in text
+
+
+def test_empty_paths_are_refused(tmp_path: Path) -> None:
+    # Path("") is the current directory: --out '' must not replace it.
+    (tmp_path / "keep.txt").write_text("precious")
+    for args in (
+        ["plan", "-n", "10", "-g", "3", "-w", "1", "--out", "", "--force"],
+        ["verify", ""],
+    ):
+        res = subprocess.run(
+            [sys.executable, "-m", "epochplan.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert res.returncode == 2 and "expected a path, got an empty string" in res.stderr
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+
+
+@pytest.mark.parametrize("closed", [">&-", ">&- 2>&-"])
+def test_closed_stdout_and_stderr(tmp_path: Path, closed: str) -> None:
+    out = tmp_path / "p"
+    command = f'"{sys.executable}" -m epochplan.cli plan -n 100 -g 10 -w 2 --out "{out}" {closed}'
+    res = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    verify_plan(out)

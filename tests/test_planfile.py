@@ -590,6 +590,9 @@ def test_signal_mid_write_cleans_up(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp_path)},
+        # A test run started in the background (`pytest &`) ignores SIGINT,
+        # and so would the writer: it gets the default disposition back.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     if demo:
         deadline = time.monotonic() + 60

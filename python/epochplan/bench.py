@@ -471,7 +471,7 @@ examples:
 
 def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     """Adds the ``bench`` sub-command to ``sub``."""
-    from epochplan.cli import positive
+    from epochplan.cli import path, positive
 
     p = sub.add_parser(
         "bench",
@@ -499,14 +499,14 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=path,
         default=None,
         metavar="FILE",
         help="write the Markdown table here (default: print it)",
     )
     p.add_argument(
         "--plot",
-        type=Path,
+        type=path,
         default=None,
         metavar="FILE",
         help="write a log-log plot of time against N (PNG)",
@@ -523,9 +523,12 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Runs the benchmark for parsed ``args``."""
-    for path in (args.out, args.plot):
-        if path is not None and not path.parent.is_dir():
-            raise ValueError(f"{path}: directory {path.parent} does not exist")
+    # Checked before the run, so that it is not lost to a bad path at the end.
+    for flag, file in (("--out", args.out), ("--plot", args.plot)):
+        if file is not None and file.is_dir():
+            raise ValueError(f"{flag} {file} is a directory; give a file name")
+        if file is not None and not file.parent.is_dir():
+            raise ValueError(f"{flag} {file}: directory {file.parent} does not exist")
     t0 = time.perf_counter()
     log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
     try:

@@ -77,6 +77,15 @@ def count(text: str) -> int:
     return int(base**exp) if power is not None else int(base * 10**exp)
 
 
+def path(text: str) -> Path:
+    """A path; an empty one is refused (``Path("")`` is the current directory)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "expected a path, got an empty string (use . for the current directory)"
+        )
+    return Path(text)
+
+
 def _in_range(lo: int, hi: int) -> Callable[[str], int]:
     """An argument type: an integer in ``[lo, hi]`` (see :func:`count`)."""
     top = limit_label(hi)
@@ -235,7 +244,7 @@ def _add_plan(sub: Any) -> None:
     p.add_argument(
         "-o",
         "--out",
-        type=Path,
+        type=path,
         default=None,
         metavar="DIR",
         help="the plan directory to create (default: a temporary one)",
@@ -384,7 +393,7 @@ def _add_verify(sub: Any) -> None:
     p = sub.add_parser(
         "verify", help="check a plan directory", description=VERIFY_HELP, formatter_class=_Help
     )
-    p.add_argument("dir", type=Path, metavar="DIR", help="the plan directory")
+    p.add_argument("dir", type=path, metavar="DIR", help="the plan directory")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing when it is valid")
     p.set_defaults(run=_run_verify)
 
@@ -530,6 +539,12 @@ def _unwind_on_termination() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``epochplan`` console script."""
+    # Started with stdout or stderr closed (``>&-``), Python has None there:
+    # the output is discarded instead of failing on it.
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

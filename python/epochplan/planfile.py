@@ -86,6 +86,9 @@ def rank_file_name(epoch: int, rank: int) -> str:
 def _path(value: Any, name: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+    if os.fspath(value) in ("", b""):
+        # Path("") is the current directory: an empty string is a mistake.
+        raise PlanError(f"{name} must be a path, got an empty string")
     path = Path(value)
     try:
         # The files are opened by the Rust core, which takes UTF-8 paths.

@@ -724,8 +724,17 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     def _generate(self) -> Iterator[WeightedIndices]:
         first, self._resume = (self._resume or 0), None
         self._next_step = first
-        for step in range(first, self._plan.num_steps):
+        plan = self._plan
+        for step in range(first, plan.num_steps):
             for batch in self.step_micro_batches(step):
+                # The epoch's batches and the progress a state records belong to
+                # one plan: a set_epoch or load_state_dict in the middle would mix
+                # two epochs (and a state saved then would skip the new one).
+                if self._plan is not plan:
+                    raise RuntimeError(
+                        "set_epoch() or load_state_dict() was called while an iteration "
+                        "of this sampler was running; start a new iteration after it"
+                    )
                 # Where a resume would start if this is the last batch consumed.
                 self._next_step = step + 1 if batch.step_end else step
                 yield batch
