@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -451,17 +452,65 @@ def _rewrite_ids(d: Path, epoch: int, rank: int, edit: object) -> None:
     open_plan(d).rank_ids(epoch, rank)  # the checksum is consistent again
 
 
-def test_duplicate_id_is_caught_by_the_bitmap(plan_dir: Path) -> None:
+def test_duplicate_id_is_caught_where_it_was_written(plan_dir: Path) -> None:
     other = np.load(rank_file(plan_dir, 1, 0))
 
     def dup(ids: np.ndarray) -> None:
-        ids[9000] = other[5]  # past the spot-checked prefix
+        ids[9000] = other[5]
 
     _rewrite_ids(plan_dir, 1, 3, dup)
     with pytest.raises(
-        PlanError, match=rf"epoch-0001/rank-0000[03]\.npy: id {other[5]} .*second time"
+        PlanError,
+        match=rf"epoch-0001/rank-00003\.npy: id {other[5]} at index 9000 differs from the plan's",
     ):
         verify_plan(plan_dir)
+
+
+def test_reordered_ids_are_caught(plan_dir: Path) -> None:
+    # Swaps keep every id once (coverage holds) but move samples to another
+    # rank or another step: the files no longer hold the plan.
+    first = np.load(rank_file(plan_dir, 0, 1))
+
+    def swap_within(ids: np.ndarray) -> None:
+        ids[5000], ids[7500] = ids[7500], ids[5000]
+
+    _rewrite_ids(plan_dir, 0, 0, swap_within)
+    with pytest.raises(
+        PlanError, match=r"epoch-0000/rank-00000\.npy: id \d+ at index 5000 differs"
+    ):
+        verify_plan(plan_dir)
+    _rewrite_ids(plan_dir, 0, 0, swap_within)  # swapped back
+    verify_plan(plan_dir)
+    zero = np.load(rank_file(plan_dir, 0, 0))
+
+    def take_from(source: np.ndarray) -> Callable[[np.ndarray], None]:
+        def edit(ids: np.ndarray) -> None:
+            ids[9000] = source[9000]
+
+        return edit
+
+    _rewrite_ids(plan_dir, 0, 0, take_from(first))
+    _rewrite_ids(plan_dir, 0, 1, take_from(zero))
+    with pytest.raises(
+        PlanError, match=r"epoch-0000/rank-00000\.npy: id \d+ at index 9000 differs"
+    ):
+        verify_plan(plan_dir)
+
+
+def test_duplicate_id_is_caught_by_the_bitmap_when_the_order_is_not_built(
+    tmp_path: Path,
+) -> None:
+    # kind="uniform" without a dropped step: the permutation is not rebuilt,
+    # the ids are checked for coverage only.
+    d = write_plan(tmp_path / "u", 20_000, 1000, 2, kind="uniform").path
+    other = np.load(rank_file(d, 0, 0))
+
+    def dup(ids: np.ndarray) -> None:
+        ids[9000] = other[5]
+
+    _rewrite_ids(d, 0, 1, dup)
+    with pytest.raises(PlanError, match=rf"rank-0000[01]\.npy: id {other[5]} .*second time"):
+        verify_plan(d)
 
 
 def test_out_of_range_and_altered_ids(plan_dir: Path) -> None:
@@ -484,7 +533,7 @@ def test_dropped_id_in_place_of_a_kept_one(tmp_path: Path, kind: str) -> None:
     dropped = int(order[-1])
 
     def swap_in(ids: np.ndarray) -> None:
-        ids[5000] = dropped  # past the spot-checked prefix
+        ids[5000] = dropped
 
     _rewrite_ids(d, 0, 0, swap_in)
     with pytest.raises(

@@ -771,10 +771,10 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
 def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
     """Checks a plan directory completely, streaming through its files:
     the manifest, every file's header, size and checksum, every file's length
-    (the plan's share of its rank, so every rank has the same steps), its first
-    ids against the plan, and exact coverage per epoch (every id in [0, N) at
-    most once, and exactly the ids of the epoch's steps: all N, or with
-    drop_last those of the full steps).
+    (the plan's share of its rank, so every rank has the same steps), every
+    id against the plan (recomputed a chunk at a time), and exact coverage
+    per epoch (every id in [0, N) at most once, and exactly the ids of the
+    epoch's steps: all N, or with drop_last those of the full steps).
 
     Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers. For
     kind='uniform' the permutation itself is built only when drop_last drops

@@ -32,8 +32,6 @@ use std::time::Duration;
 pub const CHUNK_IDS: usize = 1 << 20;
 /// Chunks alive at once while writing (computing, queued, being written).
 pub const BUFFERS: usize = 4;
-/// Ids of each file compared against the plan by [`verify_rank_files`].
-pub const SPOT_CHECK_IDS: usize = 4096;
 /// How often the progress callback runs.
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
@@ -437,6 +435,19 @@ fn violation(path: &Path, what: impl std::fmt::Display) -> Error {
 /// the open file positioned at the data, and a hasher that has seen the header.
 fn open_checked(file: &ExpectedFile) -> Result<(File, blake3::Hasher)> {
     let path = &file.path;
+    // The manifest's size must be that of its count, so that no byte of a
+    // file escapes the checksum or the ids.
+    if u128::from(file.bytes) != npy_file_size(file.count) {
+        return Err(violation(
+            path,
+            format!(
+                "the manifest says {} bytes, {} ids need {}",
+                file.bytes,
+                file.count,
+                npy_file_size(file.count)
+            ),
+        ));
+    }
     let mut f = File::open(path).map_err(|e| violation(path, format!("cannot open: {e}")))?;
     let size = f
         .metadata()
@@ -572,7 +583,7 @@ impl Bitmap {
 
 /// Verifies all rank files of one epoch of `plan` for `world_size` ranks:
 /// each file's size, header, checksum and length (the plan's rank share),
-/// its first [`SPOT_CHECK_IDS`] ids against the plan, and exact coverage
+/// every id against the plan (when `order_known`), and exact coverage
 /// (every id in `[0, N)` at most once, none that the steps leave out, and as
 /// many ids as the steps hold). With `order_known` false, the plan's order
 /// only stands in for its sizes (a uniform table is not built): the ids are
@@ -595,17 +606,6 @@ pub fn verify_rank_files(
                 format!(
                     "holds {} ids, but the plan gives rank {} of {world_size} {want}",
                     file.count, file.rank
-                ),
-            ));
-        }
-        if u128::from(file.bytes) != npy_file_size(file.count) {
-            return Err(violation(
-                &file.path,
-                format!(
-                    "the manifest says {} bytes, {} ids need {}",
-                    file.bytes,
-                    file.count,
-                    npy_file_size(file.count)
                 ),
             ));
         }
@@ -721,24 +721,20 @@ fn verify_one(
 ) -> Result<()> {
     let (mut f, mut hasher) = open_checked(file)?;
     let plan = checks.plan;
-    let mut expected = Vec::new();
-    if order_known {
-        expected = vec![0i64; file.count.min(SPOT_CHECK_IDS as u64) as usize];
-        fill_rank_ids(
-            plan,
-            plan.start_step(),
-            0,
-            file.rank,
-            world_size,
-            &mut expected,
-        );
-    }
+    // With the order known, every id is compared with the plan's, computed
+    // a chunk at a time alongside the reading (as the writer computed them).
+    let mut expected = vec![0i64; if order_known { CHUNK_IDS } else { 0 }];
+    let mut at = (plan.start_step(), 0);
     // The first bad id; reading goes on to the end, so that a checksum
     // mismatch (the file changed after it was written) is reported first.
     let mut bad: Option<String> = None;
     stream_ids(file, &mut f, &mut hasher, stop, done, |start, bytes| {
         if bad.is_none() {
-            bad = first_bad_id(start, bytes, &expected, checks);
+            let want = &mut expected[..if order_known { bytes.len() / 8 } else { 0 }];
+            if order_known {
+                at = fill_rank_ids(plan, at.0, at.1, file.rank, world_size, want);
+            }
+            bad = first_bad_id(start, bytes, want, checks);
         }
         Ok(())
     })?;
@@ -750,8 +746,9 @@ fn verify_one(
 }
 
 /// The first id of a chunk (starting at index `start` of its file) that is
-/// not the plan's, outside `[0, n)`, left out by the steps or already seen
-/// in the epoch.
+/// not the plan's (`expected`, the chunk's ids, or empty when the order is
+/// not known), outside `[0, n)`, left out by the steps or already seen in
+/// the epoch.
 fn first_bad_id(start: u64, bytes: &[u8], expected: &[i64], checks: &Checks) -> Option<String> {
     let n = checks.plan.num_samples();
     for (k, raw) in bytes.chunks_exact(8).enumerate() {
@@ -759,15 +756,19 @@ fn first_bad_id(start: u64, bytes: &[u8], expected: &[i64], checks: &Checks) -> 
         word.copy_from_slice(raw);
         let id = i64::from_le_bytes(word);
         let at = start + k as u64;
-        if let Some(&want) = expected.get(at as usize) {
-            if id != want {
-                return Some(format!(
-                    "id {id} at index {at} differs from the plan's {want}"
-                ));
-            }
-        }
         if id < 0 || id as u64 >= n {
             return Some(format!("id {id} at index {at} is outside [0, {n})"));
+        }
+        if let Some(&want) = expected.get(k) {
+            if id != want {
+                return Some(if checks.left_out.contains(checks.plan, id) {
+                    format!(
+                        "id {id} at index {at} is not in the epoch's steps (the plan's is {want})"
+                    )
+                } else {
+                    format!("id {id} at index {at} differs from the plan's {want}")
+                });
+            }
         }
         if checks.bitmap.test_and_set(id as u64) {
             return Some(if checks.left_out.contains(checks.plan, id) {
