@@ -243,6 +243,27 @@ def test_torch_bools_are_not_ints() -> None:
     with pytest.raises(TypeError, match="worker_id must be an int, got Tensor"):
         ep.worker_shard(range(3), torch.tensor(False), 2)
     assert ep.Permutation(3, seed=torch.tensor(5)).seed == 5
+    # torch gives a one-element tensor of any shape __index__: only 0-d is an int.
+    with pytest.raises(TypeError, match="num_samples must be an int, got Tensor"):
+        ep.EpochPlan(torch.tensor([10]), 3)
+    with pytest.raises(TypeError, match="global_batch_size must be an int, got Tensor"):
+        ep.EpochPlan(10, torch.tensor([[3]]))
+    et = pytest.importorskip("epochplan.torch")
+    with pytest.raises(TypeError, match="seed must be an int, got Tensor"):
+        et.DistributedSampler(range(3), 1, 0, seed=torch.tensor([3]))
+    with pytest.raises(TypeError, match="data_source_or_num_samples must be an int or a sized"):
+        et.ElasticBatchSampler(torch.tensor(True), 3, 1, num_replicas=1, rank=0)
+
+
+def test_a_dataset_whose_len_fails_is_named() -> None:
+    et = pytest.importorskip("epochplan.torch")
+
+    class Huge:
+        def __len__(self) -> int:
+            return 2**70
+
+    with pytest.raises(ValueError, match=r"data_source_or_num_samples must hold .* len"):
+        et.ElasticBatchSampler(Huge(), 3, 1, num_replicas=1, rank=0)
 
 
 def test_ranges_are_in_messages() -> None:

@@ -93,6 +93,14 @@ def test_random_access_at_the_largest_size(kind: str) -> None:
         assert ends == [0, 1, 2**62, MAX - 2, MAX - 1]
 
 
+def test_membership_is_the_range_and_takes_no_scan() -> None:
+    p = ep.Permutation(10**15)  # a scan would take days
+    assert 0 in p and 10**15 - 1 in p and np.int64(7) in p and 3.0 in p
+    assert -1 not in p and 10**15 not in p and 2.5 not in p and "1" not in p
+    small = ep.Permutation(7, seed=3)
+    assert [i for i in range(-2, 10) if i in small] == sorted(small[:].tolist())
+
+
 @pytest.mark.parametrize(
     ("chunk_size", "preload_nchunks"),
     [(3, MAX), (2**40, 2**40), (2**62, MAX), (MAX, MAX), (1, 2**62), (10**18, 2**62)],

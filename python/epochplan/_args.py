@@ -33,10 +33,11 @@ def _is_bool(value: object) -> bool:
 
 
 def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = None) -> int:
-    """``value`` as an int: anything with ``__index__`` (Python, numpy and 0-d
-    torch integers) but bools. TypeError naming ``name`` for other objects,
+    """``value`` as an int: anything with ``__index__`` (Python and numpy
+    integers, 0-d arrays and tensors) but bools. TypeError naming ``name`` for other objects,
     ValueError for values outside ``[lo, hi]`` (a missing bound is open)."""
-    if _is_bool(value) or not hasattr(value, "__index__"):
+    # torch gives one-element tensors of any shape __index__: only 0-d counts.
+    if _is_bool(value) or not hasattr(value, "__index__") or getattr(value, "ndim", 0) != 0:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     try:
         number = operator.index(value)

@@ -21,7 +21,6 @@ environment variables, else a rank provider (``rank_fn=`` or
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import os
 from collections.abc import Callable, Iterator, Sequence, Sized
@@ -33,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
-from epochplan._args import bool_arg, int_arg, int_label
+from epochplan._args import _is_bool, bool_arg, int_arg, int_label
 from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
@@ -186,12 +185,18 @@ def _num_samples_of(value: object, name: str) -> int:
     """N from a dataset (its length) or an int. An array or a tensor is a
     dataset even when it could stand for an int (``torch.tensor([7])`` holds
     one sample, not seven); only a 0-d one, which has no length, is an int."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int or a sized dataset, got bool")
+    if _is_bool(value):
+        raise TypeError(f"{name} must be an int or a sized dataset, got {type(value).__name__}")
     n = None
     if isinstance(value, Sized):
-        with contextlib.suppress(TypeError):
+        try:
             n = len(value)
+        except TypeError:
+            pass  # a 0-d array or tensor: no length
+        except (OverflowError, ValueError) as e:
+            raise ValueError(
+                f"{name} must hold [0, 2**63 - 1] samples, but its len() failed: {e}"
+            ) from None
     if n is None:
         try:
             n = operator.index(value)  # type: ignore[arg-type]

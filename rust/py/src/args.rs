@@ -37,7 +37,7 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()
         || obj.is_instance_of::<PyString>()
-        || is_bool_array(obj)
+        || is_flag_or_array(obj)
     {
         return Err(not_an_int()?);
     }
@@ -53,15 +53,23 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
     }
 }
 
-/// Whether `obj` is a numpy or torch bool (scalar or 0-d array or tensor):
-/// flags, not numbers, like Python's bool (torch's has `__index__`).
-fn is_bool_array(obj: &Bound<'_, PyAny>) -> bool {
+/// Whether `obj` has `__index__` but is no integer argument: a numpy or
+/// torch bool (scalar, 0-d array or tensor), a flag like Python's bool, or
+/// a tensor of one or more dimensions (torch gives a one-element tensor of
+/// any shape `__index__`; numpy refuses it for arrays that are not 0-d).
+fn is_flag_or_array(obj: &Bound<'_, PyAny>) -> bool {
     if obj.is_exact_instance_of::<PyInt>() {
         return false;
     }
-    obj.getattr("dtype")
+    let is_bool = obj
+        .getattr("dtype")
         .and_then(|d| d.str().map(|s| s.to_string()))
-        .is_ok_and(|d| d == "bool" || d == "torch.bool")
+        .is_ok_and(|d| d == "bool" || d == "torch.bool");
+    let has_dims = obj
+        .getattr("ndim")
+        .and_then(|d| d.extract::<i64>())
+        .is_ok_and(|d| d != 0);
+    is_bool || has_dims
 }
 
 /// `numpy.asarray(obj)`, its failures named: ValueError and TypeError

@@ -177,6 +177,19 @@ impl Permutation {
         self.order.len() as usize
     }
 
+    /// `id in p`: a bijection of `range(N)` holds exactly the ints in
+    /// `[0, N)` (O(1); without it `in` would scan every position).
+    fn __contains__(&self, value: &Bound<'_, PyAny>) -> bool {
+        let n = self.order.len();
+        if let Ok(v) = value.extract::<i128>() {
+            return (0..i128::from(n)).contains(&v);
+        }
+        // Like range(): other numbers count when equal to such an int.
+        value
+            .extract::<f64>()
+            .is_ok_and(|v| v.fract() == 0.0 && v >= 0.0 && v < n as f64)
+    }
+
     fn __getitem__<'py>(
         &self,
         py: Python<'py>,
