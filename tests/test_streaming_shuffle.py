@@ -151,6 +151,15 @@ def test_property(algo: str, sizes: list[int], ncn: int, seed: int, epoch: int, 
     _assert_matches(algo, np.array(sizes, dtype=np.int64), ncn, seed, epoch, block)
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_too_large_for_memory_raises_memory_error_like_streaming(algo: str) -> None:
+    sizes = np.array([10**17], np.int64)
+    ref, _ = _call(load_shuffle().get_shuffle, algo, sizes, 1, 0, 0, 1 << 18)
+    assert isinstance(ref, type) and issubclass(ref, MemoryError)
+    with pytest.raises(MemoryError, match="not enough memory"):
+        get_shuffle(algo, sizes, 1, 0, 0, 1 << 18)
+
+
 def test_larger_inputs() -> None:
     rng = np.random.default_rng(5)
     sizes = rng.integers(1, 5000, 300)

@@ -50,7 +50,7 @@ pub fn ids_with_capacity(count: u64, what: &str) -> Result<Vec<i64>> {
 pub fn vec_with_capacity<T>(count: usize, what: &str) -> Result<Vec<T>> {
     let mut items = Vec::new();
     items.try_reserve_exact(count).map_err(|_| {
-        Error::Overflow(format!(
+        Error::Memory(format!(
             "cannot allocate {count} items for {what}: not enough memory"
         ))
     })?;
@@ -58,7 +58,7 @@ pub fn vec_with_capacity<T>(count: usize, what: &str) -> Result<Vec<T>> {
 }
 
 fn too_large(count: u64, what: &str) -> Error {
-    Error::Overflow(format!(
+    Error::Memory(format!(
         "cannot allocate {count} int64 values for {what}: not enough memory"
     ))
 }

@@ -13,17 +13,11 @@ pub enum Error {
     /// A result that would not fit in the integer types used (OverflowError).
     #[error("{0}")]
     Overflow(String),
+    /// A result too large for the machine's memory (OverflowError; the
+    /// Streaming functions raise MemoryError, as numpy does there).
+    #[error("{0}")]
+    Memory(String),
 }
 
 /// Shorthand used across the core.
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// Checks `lo <= value <= hi` and names the argument when it is not.
-pub fn check_range(name: &str, value: u64, lo: u64, hi: u64) -> Result<u64> {
-    if value < lo || value > hi {
-        return Err(Error::Value(format!(
-            "{name} must be in [{lo}, {hi}], got {value}"
-        )));
-    }
-    Ok(value)
-}

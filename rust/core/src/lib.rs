@@ -9,11 +9,12 @@
 //! - [`plan`]: exact, equal-step, weighted, elastic epoch plans.
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //!
-//! The only `unsafe` is the call into the AVX2 build of the cipher's batch
-//! evaluator after the CPU was seen to support it (`cipher.rs`), its
-//! unaligned 32-byte vector loads and stores from bounds-checked slices and
-//! arrays (`cipher/avx2.rs`), and the allocation of large zeroed outputs with
-//! a huge-page hint (`buffer.rs`).
+//! The only `unsafe` is the calls into the AVX2 builds of the cipher's batch
+//! evaluator and of the numpy generator's shuffle walk after the CPU was seen
+//! to support AVX2 (`cipher.rs`, `streaming/numpy_rng.rs`), their unaligned
+//! vector loads and stores from bounds-checked slices and arrays
+//! (`cipher/avx2.rs`, `streaming/numpy_rng/avx2.rs`), and the allocation of
+//! large zeroed outputs with a huge-page hint (`buffer.rs`).
 #![deny(unsafe_code)]
 
 pub mod buffer;

@@ -49,19 +49,11 @@ pub fn set_num_threads(n: usize) {
 fn pool() -> Arc<rayon::ThreadPool> {
     let threads = num_threads();
     let pid = std::process::id();
-    let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = slot.as_ref() {
-        if s.pid == pid && s.threads == threads {
-            return Arc::clone(&s.pool);
-        }
+    if let Some(pool) = current_pool(pid, threads) {
+        return pool;
     }
-    if let Some(old) = slot.take() {
-        if old.pid != pid {
-            // Inherited through fork(): its threads do not exist here, so it
-            // must never be joined or dropped. Leak it.
-            std::mem::forget(old);
-        }
-    }
+    // Built without the lock held: a fork() by another thread while the
+    // threads start must not leave the child a lock that nobody releases.
     let pool = Arc::new(
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -74,12 +66,28 @@ fn pool() -> Arc<rayon::ThreadPool> {
                     .expect("a one-thread pool can always be built")
             }),
     );
-    *slot = Some(PoolSlot {
+    if let Some(theirs) = current_pool(pid, threads) {
+        return theirs; // another thread built one meanwhile
+    }
+    *POOL.lock().unwrap_or_else(|e| e.into_inner()) = Some(PoolSlot {
         pid,
         threads,
         pool: Arc::clone(&pool),
     });
     pool
+}
+
+/// The pool of this process for `threads` threads, if it is built. A pool
+/// inherited through fork() is forgotten: its threads do not exist here,
+/// so it must never be joined or dropped.
+fn current_pool(pid: u32, threads: usize) -> Option<Arc<rayon::ThreadPool>> {
+    let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(inherited) = slot.take_if(|s| s.pid != pid) {
+        std::mem::forget(inherited);
+    }
+    slot.as_ref()
+        .filter(|s| s.threads == threads)
+        .map(|s| Arc::clone(&s.pool))
 }
 
 /// Runs `f` on every `piece`-sized chunk of `data`, in parallel when there is

@@ -9,7 +9,16 @@ pub fn to_py(err: Error) -> PyErr {
     match err {
         Error::Value(msg) => PyValueError::new_err(msg),
         Error::Index(msg) => PyIndexError::new_err(msg),
-        Error::Overflow(msg) => PyOverflowError::new_err(msg),
+        Error::Overflow(msg) | Error::Memory(msg) => PyOverflowError::new_err(msg),
+    }
+}
+
+/// For the Streaming functions: a failure to allocate raises MemoryError,
+/// as numpy does for Streaming; other errors map as everywhere else.
+pub fn to_py_as_numpy(err: Error) -> PyErr {
+    match err {
+        Error::Memory(msg) => pyo3::exceptions::PyMemoryError::new_err(msg),
+        other => to_py(other),
     }
 }
 

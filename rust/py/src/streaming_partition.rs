@@ -6,13 +6,12 @@
 //! `epochplan.compat.streaming` logger.
 
 use crate::args::{int_arg, int_value, opt_int_arg, MAX_I64};
-use crate::errors::{to_py, IntoPyResult};
+use crate::errors::{to_py_as_numpy, IntoPyResult};
 use epochplan_core::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
-use epochplan_core::Error;
 use numpy::{IntoPyArray, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyTypeError, PyUserWarning};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyUserWarning};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use std::ffi::CString;
@@ -94,15 +93,6 @@ fn report(py: Python<'_>, notices: &[Notice]) -> PyResult<()> {
     Ok(())
 }
 
-/// A failure to allocate the partition raises MemoryError, as numpy does for
-/// Streaming; other errors map as everywhere else.
-fn to_memory_error(err: Error) -> PyErr {
-    match err {
-        Error::Overflow(msg) => PyMemoryError::new_err(msg),
-        other => to_py(other),
-    }
-}
-
 /// `ids` as an int64 numpy array of `shape`, without a copy.
 fn shaped<'py>(py: Python<'py>, ids: Vec<i64>, shape: &[u64]) -> PyResult<Bound<'py, PyAny>> {
     Ok(ids.into_pyarray(py).reshape(dims(shape))?.into_any())
@@ -141,7 +131,7 @@ pub fn streaming_partitions<'py>(
         drop_first,
         initial_physical_nodes,
     )?;
-    let ids = py.detach(|| partition.to_vec()).map_err(to_memory_error)?;
+    let ids = py.detach(|| partition.to_vec()).map_err(to_py_as_numpy)?;
     shaped(py, ids, &partition.shape())
 }
 
@@ -194,7 +184,7 @@ pub fn streaming_partition_part<'py>(
     let rank = index_arg(rank, "rank", ranks, "ranks_per_node")?;
     let ids = py
         .detach(|| partition.part(node, rank))
-        .map_err(to_memory_error)?;
+        .map_err(to_py_as_numpy)?;
     shaped(py, ids, &partition.shape()[2..])
 }
 

@@ -2,7 +2,7 @@
 //! (`_np_*`) that expose the numpy generator for tests.
 
 use crate::args::{asarray, int_arg, str_arg, MAX_I64, MAX_U64};
-use crate::errors::IntoPyResult;
+use crate::errors::{to_py_as_numpy, IntoPyResult};
 use epochplan_core::streaming::numpy_rng::{Generator, SeedSequence};
 use epochplan_core::streaming::shuffle::{self, Algo};
 use numpy::{IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods};
@@ -90,7 +90,7 @@ fn streaming_get_shuffle<'py>(
     };
     let out = py
         .detach(|| shuffle::get_shuffle(algo, &sizes, ncn, seed, epoch, block_size))
-        .py()?;
+        .map_err(to_py_as_numpy)?;
     Ok((out.ids.into_pyarray(py), out.block_smaller_than_shard))
 }
 

@@ -514,8 +514,13 @@ impl Layout {
                 delta: 0,
             },
         };
-        layout.unit = layout.walk(1);
-        layout.next_batch = layout.walk(workers * batch);
+        // The walks' strides fit because the partition's size does; with no
+        // batches (everything dropped) the size bounds nothing, and nothing
+        // walks.
+        if batches > 0 {
+            layout.unit = layout.walk(1);
+            layout.next_batch = layout.walk(workers * batch);
+        }
         Ok(layout)
     }
 
@@ -1041,6 +1046,16 @@ mod tests {
         assert!(matches!(e, Error::Value(m) if m.contains("too few")));
         let e = Partition::new(Algo::Orig, &args(u64::MAX / 2, 1, 1, 1, 1, 2, 0)).unwrap_err();
         assert!(matches!(e, Error::Overflow(_)));
+    }
+
+    #[test]
+    fn everything_dropped_with_huge_workers_is_empty() {
+        // No batches: the size bounds no stride (a debug build checks the
+        // arithmetic for overflow).
+        let big = 1u64 << 62;
+        let p = Partition::new(Algo::Orig, &args(10, 1, 1, 1, big, big, 10)).unwrap();
+        assert_eq!(p.len(), 0);
+        assert_eq!(p.to_vec().unwrap(), Vec::<i64>::new());
     }
 
     #[test]

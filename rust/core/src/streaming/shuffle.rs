@@ -21,8 +21,9 @@
 //! unstable `argsort`, whose order for equal shifted positions depends on the
 //! CPU's SIMD dispatch. Here equal shifted positions keep their position
 //! order (what `argsort(kind="stable")` gives). Equal positions need two
-//! shifted positions to round to the same double, which is vanishingly rare;
-//! without them the output is identical.
+//! shifted positions to round to the same double: about `0.18 L^2 / 2^52`
+//! pairs in a canonical node of `L` samples (0.4 at `L = 10^8`, about 40 at
+//! `10^9`); without them the output is identical.
 //!
 //! How it is fast while identical:
 //!
