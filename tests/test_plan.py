@@ -51,6 +51,9 @@ def check_plan(plan: ep.EpochPlan, world: int, micro: int) -> None:
             for ids, weights in per_rank[t]:
                 is_real = weights > 0
                 fillers += int((~is_real).sum())
+                # A filler is a zero-weight copy of a real sample of its step.
+                step_ids = full_order[step * g : step * g + n_t]
+                assert np.isin(ids[~is_real], step_ids).all()
                 # Real samples weigh W / n_t, fillers exactly 0.
                 assert np.all(weights[is_real] == world / n_t)
                 assert np.all(weights[~is_real] == 0.0)
@@ -58,8 +61,11 @@ def check_plan(plan: ep.EpochPlan, world: int, micro: int) -> None:
         # Elastic: the step's samples are exactly positions [tG, tG + n_t) of the order.
         assert sorted(real) == sorted(full_order[step * g : step * g + n_t].tolist())
         seen.extend(real)
-        # A filler only where a rank has fewer real samples than micro-batches.
-        assert fillers <= world * plan.num_micro_batches(step, world, micro)
+        # A filler only where a rank has fewer real samples than micro-batches,
+        # one in each micro-batch it cannot fill.
+        m = plan.num_micro_batches(step, world, micro)
+        shares = [len(plan.step_indices(step, r, world)) for r in range(world)]
+        assert fillers == sum(max(0, m - share) for share in shares)
     # Exact: every sample of the remaining steps once.
     expected = full_order[plan.cursor : plan.cursor + sum(plan.step_size(s) for s in steps)]
     assert sorted(seen) == sorted(expected.tolist())

@@ -252,6 +252,20 @@ def test_relaxed_from_every_initial_node_count_to_every_other() -> None:
 
 
 @needs_streaming
+@needs_streaming
+def test_outputs_filled_in_parallel_pieces() -> None:
+    # Beyond one piece of 65,536 elements the output is filled in parallel
+    # pieces that start mid-batch; a few such cases against Streaming.
+    cases = [
+        ("orig", 250_003, 8, 4, 2, 3, 7, 1_001, None),
+        ("orig", 600_000, 16, 8, 4, 2, 32, 0, None),
+        ("orig", 999_983, 6, 3, 5, 2, 9, 123_457, None),
+        ("relaxed", 400_001, 12, 6, 2, 4, 16, 77_777, 4),
+        ("relaxed", 750_000, 8, 2, 8, 1, 33, 5, 8),
+    ]
+    assert check_all(cases, min_ok=1.0) == len(cases)
+
+
 def test_unknown_algorithm_and_order_of_checks() -> None:
     # Unknown names raise KeyError, but only after the drop_first check.
     check_all(

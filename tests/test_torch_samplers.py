@@ -8,6 +8,7 @@ import math
 import pickle
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -745,3 +746,19 @@ def test_numpy_and_tensor_epochs() -> None:
     b = et.ElasticBatchSampler(100, 10, 5, num_replicas=2, rank=0)
     b.set_epoch(np.array(2))
     assert type(b.epoch) is int and b.epoch == 2
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_worker_shard_in_a_dataloader_keeps_the_plan_order(num_workers: int) -> None:
+    # An IterableDataset over the plan's steps, sharded across DataLoader
+    # workers: the main process receives the steps in plan order, each once.
+    plan = ep.EpochPlan(103, 10, seed=4)
+
+    class Steps(torch.utils.data.IterableDataset[list[list[int]]]):
+        def __iter__(self) -> Iterator[list[list[int]]]:
+            for step in ep.worker_shard(plan.micro_batches(1, 3, 2)):
+                yield [ids.tolist() for ids, _ in step]
+
+    loader = torch.utils.data.DataLoader(Steps(), batch_size=None, num_workers=num_workers)
+    want = [[ids.tolist() for ids, _ in step] for step in plan.micro_batches(1, 3, 2)]
+    assert list(loader) == want

@@ -110,3 +110,11 @@ pub fn for_each_piece<T: Send>(data: &mut [T], piece: usize, f: impl Fn(usize, &
 pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     pool().install(f)
 }
+
+/// Serialises the tests that change the thread count: cargo runs tests on
+/// parallel threads, and the count is the process's.
+#[cfg(test)]
+pub(crate) fn test_threads_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}

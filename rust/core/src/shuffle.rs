@@ -188,6 +188,7 @@ mod tests {
 
     #[test]
     fn independent_of_thread_count() {
+        let _threads = parallel::test_threads_lock();
         parallel::set_num_threads(1);
         let a = uniform_permutation(500_000, 1, 2).unwrap();
         parallel::set_num_threads(2);

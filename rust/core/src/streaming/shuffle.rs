@@ -1332,6 +1332,7 @@ mod tests {
 
     #[test]
     fn parallel_and_sequential_agree() {
+        let _threads = parallel::test_threads_lock();
         let sizes: Vec<i64> = (0..300).map(|i| (i * 7919) % 5000 + 1).collect();
         for algo in Algo::ALL {
             parallel::set_num_threads(1);
@@ -1345,6 +1346,7 @@ mod tests {
 
     #[test]
     fn py1s_pieces_agree_across_thread_counts() {
+        let _threads = parallel::test_threads_lock();
         // Many pieces: the generator's thread draws the swap partners of
         // some pieces for tasks and shuffles others itself, depending on
         // timing; the output must not depend on which.
@@ -1362,6 +1364,7 @@ mod tests {
 
     #[test]
     fn long_pieces_are_shuffled_by_tasks_from_the_generator() {
+        let _threads = parallel::test_threads_lock();
         // More than MAX_RECORDED partners in a py1s piece (a long shard) or
         // in a py1e node (two canonical nodes): the piece is handed over as a
         // generator state, not as partners.
@@ -1380,6 +1383,7 @@ mod tests {
 
     #[test]
     fn large_nodes_sorted_in_segments_agree_with_one_sort() {
+        let _threads = parallel::test_threads_lock();
         // Segments of 4,096 shifted positions: every node below spans
         // several (one node, as a single task whose segments run on the
         // pool, or several nodes); blocks are sometimes smaller than pieces.
@@ -1416,6 +1420,7 @@ mod tests {
 
     #[test]
     fn in_pieces_runs_every_piece_once_and_reports_the_first_failure() {
+        let _threads = parallel::test_threads_lock();
         // Piece k shuffles k + 2 values and records the first; a piece
         // fails if it is in `failing`. Whether pieces are skipped for tasks
         // or run by the generator's thread (max_outstanding 0 forces the
@@ -1475,6 +1480,7 @@ mod tests {
 
     #[test]
     fn parallel_errors_are_errors() {
+        let _threads = parallel::test_threads_lock();
         // A block size that gives no valid random block fails in the first
         // node, skipped or run, on any number of threads.
         let sizes = vec![1000i64; 300];
