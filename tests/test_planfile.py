@@ -339,6 +339,10 @@ def test_missing_rank_file(plan_dir: Path) -> None:
     [
         ({"plan_file_version": 2}, "plan_file_version is 2; this release reads version 1"),
         ({"format_version": 999}, "format_version is 999"),
+        ({"format_version": 1.0}, "format_version is 1.0"),
+        ({"plan_file_version": True}, "plan_file_version is True"),
+        ({"dtype": ">i8"}, "manifest 'dtype' is '>i8', expected '<i8'"),
+        ({"checksum": "sha256"}, "manifest 'checksum' is 'sha256', expected 'blake3'"),
         ({"format": "other"}, "not an epochplan plan manifest"),
         ({"num_samples": 40_001}, "bad|expected|num_steps"),
         ({"world_size": 5}, "lists 8 files, expected 2 epochs x 5 ranks"),

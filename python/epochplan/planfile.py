@@ -669,13 +669,14 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
     if not isinstance(manifest, dict) or manifest.get("format") != PLAN_FILE_FORMAT:
         raise PlanError(f"{mpath}: not an epochplan plan manifest")
     version = manifest.get("plan_file_version")
-    if version != PLAN_FILE_VERSION:
+    # type() too: JSON's 1.0 and true equal 1 in Python.
+    if type(version) is not int or version != PLAN_FILE_VERSION:
         raise PlanError(
             f"{mpath}: plan_file_version is {version!r}; this release reads "
             f"version {PLAN_FILE_VERSION}"
         )
     fmt = manifest.get("format_version")
-    if fmt != FORMAT_VERSION:
+    if type(fmt) is not int or fmt != FORMAT_VERSION:
         raise PlanError(
             f"{mpath}: format_version is {fmt!r}; this release computes "
             f"format_version {FORMAT_VERSION}"
@@ -694,6 +695,11 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
     for key in ("chunk_size", "preload_nchunks"):
         if m.get(key) is not None:
             _field(m, key, int, mpath)
+    # The files are read as little-endian int64 and checked with BLAKE3,
+    # whatever a manifest says: it must say so.
+    for key, value in (("dtype", "<i8"), ("checksum", "blake3")):
+        if m.get(key) != value:
+            raise PlanError(f"{mpath}: manifest {key!r} is {m.get(key)!r}, expected {value!r}")
     kind = _field(m, "kind", str, mpath)
     if kind not in _KINDS:
         raise PlanError(f"{mpath}: unknown kind {kind!r}")
