@@ -355,8 +355,13 @@ def _run_plan(args: argparse.Namespace) -> int:
             with progress_bar("verifying", "B", show) as bar:
                 verify_plan(d.path, progress=bar)
             t_verify = time.perf_counter() - t1
+            # A uniform order is rebuilt (and compared) only for a dropped step.
+            compared = d.kind != "uniform" or (
+                d.drop_last and d.num_samples % d.global_batch_size != 0
+            )
             say(
-                f"verified in {t_verify:.1f} s: checksums ok, every id once per epoch, "
+                f"verified in {t_verify:.1f} s: checksums ok, every id "
+                f"{'as planned and ' if compared else ''}once per epoch, "
                 f"equal steps ({d.manifest['num_steps']:,} per rank)"
             )
         say(f"disk: {_size(_dir_bytes(d.path))}, peak memory (RSS): {_size(_peak_rss_bytes())}")
