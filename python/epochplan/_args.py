@@ -24,7 +24,7 @@ def int_label(number: int) -> str:
     return f"{'a negative' if number < 0 else 'an'} int of {number.bit_length()} bits"
 
 
-def _is_bool(value: object) -> bool:
+def is_bool(value: object) -> bool:
     """Python's, numpy's or torch's bools (a torch bool tensor has
     ``__index__``): flags, not numbers."""
     if isinstance(value, (bool, np.bool_)):
@@ -37,7 +37,7 @@ def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = No
     integers, 0-d arrays and tensors) but bools. TypeError naming ``name`` for other objects,
     ValueError for values outside ``[lo, hi]`` (a missing bound is open)."""
     # torch gives one-element tensors of any shape __index__: only 0-d counts.
-    if _is_bool(value) or not hasattr(value, "__index__") or getattr(value, "ndim", 0) != 0:
+    if is_bool(value) or not hasattr(value, "__index__") or getattr(value, "ndim", 0) != 0:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     try:
         number = operator.index(value)

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
-from epochplan._args import _is_bool, bool_arg, int_arg, int_label
+from epochplan._args import bool_arg, int_arg, int_label, is_bool
 from epochplan._native import MAX_SAMPLES as _MAX_SAMPLES
 from epochplan._native import EpochPlan, Permutation
 
@@ -185,7 +185,7 @@ def _num_samples_of(value: object, name: str) -> int:
     """N from a dataset (its length) or an int. An array or a tensor is a
     dataset even when it could stand for an int (``torch.tensor([7])`` holds
     one sample, not seven); only a 0-d one, which has no length, is an int."""
-    if _is_bool(value):
+    if is_bool(value):
         raise TypeError(f"{name} must be an int or a sized dataset, got {type(value).__name__}")
     n = None
     if isinstance(value, Sized):

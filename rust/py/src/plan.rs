@@ -401,8 +401,8 @@ impl EpochPlan {
                 "state['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
             )));
         }
-        // Every value is checked here, under its key's name: `EpochPlan()`
-        // reads None as "the default", which would silently restart a run.
+        // Every value is checked here, so that a message names its key
+        // (`state['seed']`), not the constructor's argument.
         for (k, lo, hi) in [
             ("num_samples", 0, MAX_I64),
             ("global_batch_size", 1, MAX_I64),
@@ -543,20 +543,14 @@ impl MicroBatches {
         let step = match retried {
             Some(step) => step,
             None => {
-                let mut step = self.next.load(Ordering::Relaxed);
-                loop {
-                    if step >= plan.num_steps() {
-                        return Ok(None);
-                    }
-                    match self.next.compare_exchange(
-                        step,
-                        step + 1,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break step,
-                        Err(now) => step = now,
-                    }
+                let steps = plan.num_steps();
+                let claim = |s: u64| (s < steps).then_some(s + 1);
+                match self
+                    .next
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, claim)
+                {
+                    Ok(step) => step,
+                    Err(_) => return Ok(None),
                 }
             }
         };
