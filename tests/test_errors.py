@@ -214,6 +214,22 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         )
         for key in ("num_samples", "seed", "epoch", "cursor", "kind", "drop_last")
     ],
+    # ... and a value the constructor checks says it comes from the state
+    (
+        "state kind unknown",
+        lambda: ep.EpochPlan.from_state_dict({**PLAN.state_dict(), "kind": "zz"}),
+        ValueError,
+        "state: kind must be one of",
+    ),
+    (
+        "state cursor off a step",
+        lambda: ep.EpochPlan.from_state_dict({**PLAN.state_dict(), "cursor": 1}),
+        ValueError,
+        "state: cursor must be a multiple of global_batch_size",
+    ),
+    # a str that is not valid UTF-8 names no kind
+    ("lone surrogate kind", lambda: ep.Permutation(3, kind="\udcff"), ValueError, "kind"),
+    ("lone surrogate mode", lambda: ep.split(10, 2, 0, "\udcff"), ValueError, "mode"),
     # threads
     ("negative threads", lambda: ep.set_num_threads(-1), ValueError, "num_threads"),
     ("too many threads", lambda: ep.set_num_threads(10**6), ValueError, "num_threads"),

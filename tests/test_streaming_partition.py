@@ -282,6 +282,7 @@ def test_unknown_algorithm_and_order_of_checks() -> None:
             (1, 10, 2, 2, 1, 1, 2, 0, None),
             (b"orig", 10, 2, 2, 1, 1, 2, 0, None),
             (["orig"], 10, 2, 2, 1, 1, 2, 0, None),
+            ("\udcff", 10, 2, 2, 1, 1, 2, 0, None),
             ("orig", 10, 2, 2, 1, 1, 2, None, None),
             # initial_physical_nodes is read only by "relaxed" resuming on
             # incompatible node counts: elsewhere any value is ignored.
@@ -423,7 +424,12 @@ def test_part_of_a_huge_plan_is_computed_alone() -> None:
         (
             {"algo": "relaxed", "num_canonical_nodes": 3, "initial_physical_nodes": 0},
             ValueError,
-            "initial_physical_nodes",
+            "initial_physical_nodes must be an int in \\[1, ",
+        ),
+        (
+            {"algo": "relaxed", "num_canonical_nodes": 3, "initial_physical_nodes": -1},
+            ValueError,
+            "initial_physical_nodes must be an int in \\[1, ",
         ),
         (
             {"algo": "relaxed", "num_canonical_nodes": 3, "initial_physical_nodes": 5},

@@ -173,18 +173,19 @@ pub fn opt_int_arg(
 
 /// A string argument (a kind or mode name).
 pub fn str_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
-    obj.cast::<PyString>()
-        .map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{name} must be a str, got {}",
-                obj.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?
-        .to_str()
-        .map(str::to_owned)
+    let s = obj.cast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be a str, got {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    // A str that is not valid UTF-8 (a lone surrogate) names nothing we
+    // know: it gets the caller's "must be one of" message, not a
+    // UnicodeEncodeError.
+    Ok(s.to_string_lossy().into_owned())
 }
 
 /// An integer array of any shape (anything numpy's `asarray` takes) as int64

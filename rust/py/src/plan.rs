@@ -419,6 +419,10 @@ impl EpochPlan {
         bool_arg(&get("drop_last")?, "state['drop_last']")?;
         let given = |k: &str| get(k).map(Keyword::Given);
         let (chunk_size, window) = (get("chunk_size")?, get("preload_nchunks")?);
+        // What the constructor checks across keys (the kind's name, a cursor
+        // off the step boundaries) says it is about the state.
+        let in_state =
+            |e: PyErr| PyErr::from_type(e.get_type(py), format!("state: {}", e.value(py)));
         EpochPlan::new(
             py,
             &get("num_samples")?,
@@ -431,6 +435,7 @@ impl EpochPlan {
             Some(&chunk_size),
             Some(&window),
         )
+        .map_err(in_state)
     }
 
     fn __reduce__<'py>(

@@ -49,7 +49,7 @@ fn resolve(
     // Streaming looks the name up in a dict: any other hashable value is a
     // KeyError, an unhashable one a TypeError.
     let algo = match algo.cast::<PyString>() {
-        Ok(name) => Algo::parse(name.to_str()?),
+        Ok(name) => Algo::parse(&name.to_string_lossy()),
         Err(_) if algo.hash().is_err() => {
             return Err(PyTypeError::new_err(format!(
                 "algo must be a str, got {}",
@@ -65,7 +65,7 @@ fn resolve(
     // Read only where Streaming reads it, as it ignores it elsewhere.
     if algo.reads_initial_physical_nodes(args.num_canonical_nodes, args.num_physical_nodes) {
         args.initial_physical_nodes =
-            opt_int_arg(initial_physical_nodes, "initial_physical_nodes", 0, MAX_I64)?;
+            opt_int_arg(initial_physical_nodes, "initial_physical_nodes", 1, MAX_I64)?;
     }
     let (partition, notices) = Partition::resolve(algo, &args);
     report(py, &notices)?;
