@@ -5,9 +5,13 @@ anything else."""
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -604,3 +608,42 @@ def test_partition_size_overflow_is_an_error() -> None:
 
 def test_numpy_integers_for_workers() -> None:
     assert list(ep.worker_shard(range(7), np.int64(1), np.int64(3))) == [1, 4]
+
+
+def test_no_thread_to_start_is_a_runtime_error(tmp_path: Path) -> None:
+    # A stack too large to map makes every thread start fail, as a process
+    # thread limit does: calls that need a thread raise RuntimeError (not a
+    # Rust panic, which no `except Exception` catches), the others run on the
+    # calling thread, and a plan write leaves nothing behind.
+    script = f"""
+import numpy as np
+import epochplan as ep
+from epochplan import planfile
+from epochplan.compat import streaming
+calls = {{
+    "cipher": lambda: ep.Permutation(10**6)[:],
+    "rank_indices": lambda: ep.EpochPlan(10**6, 64).rank_indices(0, 2),
+    "partitions": lambda: streaming.get_partitions("orig", 10**6, 2, 2, 2, 2, 8),
+    "uniform": lambda: ep.permutation(10**6),
+    "py1e": lambda: streaming.get_shuffle("py1e", np.full(100, 10**4), 2, 0, 0, 1 << 18),
+    "write_plan": lambda: planfile.write_plan({str(tmp_path / "plan")!r}, 10**5, 64, 2),
+}}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "returned")
+    except Exception as e:
+        print(name, type(e).__name__, e)
+"""
+    env = {**os.environ, "RUST_MIN_STACK": str(2**40), "RUST_BACKTRACE": "0"}
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    lines = dict(line.split(" ", 1) for line in res.stdout.splitlines())
+    for name in ("cipher", "rank_indices", "partitions"):
+        assert lines[name] == "returned"
+    for name in ("uniform", "py1e"):
+        assert lines[name].startswith("RuntimeError cannot start a worker thread"), lines[name]
+    assert lines["write_plan"].startswith("RuntimeError cannot start a plan file thread")
+    assert list(tmp_path.iterdir()) == []

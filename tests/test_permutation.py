@@ -294,6 +294,15 @@ def test_same_output_for_any_epochplan_num_threads() -> None:
     assert outputs[0] == outputs[1] == fingerprint()
 
 
+def test_epochplan_num_threads_is_capped() -> None:
+    env = {**os.environ, "EPOCHPLAN_NUM_THREADS": "100000"}
+    code = "import epochplan as ep; print(ep.get_num_threads())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "1024"
+
+
 # ---------------------------------------------------------------- pickling
 
 

@@ -17,6 +17,10 @@ pub enum Error {
     /// Streaming functions raise MemoryError, as numpy does there).
     #[error("{0}")]
     Memory(String),
+    /// The system refused a thread the work needs, e.g. at the process's
+    /// thread limit (RuntimeError, as Python's `threading` raises).
+    #[error("{0}")]
+    Thread(String),
 }
 
 /// Shorthand used across the core.

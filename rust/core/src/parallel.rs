@@ -7,6 +7,7 @@
 //! not depend on which thread runs them: output is identical for any thread
 //! count.
 
+use crate::error::{Error, Result};
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
 
@@ -22,12 +23,16 @@ static REQUESTED: Mutex<usize> = Mutex::new(0);
 /// Elements per parallel piece; below this a call stays on the caller's thread.
 pub const PIECE: usize = 1 << 16;
 
+/// The most threads a pool is built with (more is a typo, not a machine).
+pub const MAX_THREADS: usize = 1024;
+
 fn default_threads() -> usize {
     std::env::var("EPOCHPLAN_NUM_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(MAX_THREADS)
 }
 
 /// The number of threads parallel calls use.
@@ -46,35 +51,38 @@ pub fn set_num_threads(n: usize) {
     *REQUESTED.lock().unwrap_or_else(|e| e.into_inner()) = n;
 }
 
-fn pool() -> Arc<rayon::ThreadPool> {
+/// The pool for the current thread count: with fewer threads when the
+/// system refuses some (a process thread limit), an error when it refuses
+/// even one.
+fn pool() -> Result<Arc<rayon::ThreadPool>> {
     let threads = num_threads();
     let pid = std::process::id();
     if let Some(pool) = current_pool(pid, threads) {
-        return pool;
+        return Ok(pool);
     }
-    // Built without the lock held: a fork() by another thread while the
-    // threads start must not leave the child a lock that nobody releases.
-    let pool = Arc::new(
+    let build = |n: usize| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
+            .num_threads(n)
             .thread_name(|i| format!("epochplan-{i}"))
             .build()
-            .unwrap_or_else(|_| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(1)
-                    .build()
-                    .expect("a one-thread pool can always be built")
-            }),
-    );
+    };
+    // Built without the lock held: a fork() by another thread while the
+    // threads start must not leave the child a lock that nobody releases.
+    let pool = Arc::new(build(threads).or_else(|_| build(1)).map_err(|e| {
+        Error::Thread(format!(
+            "cannot start a worker thread ({e}): raise the process's thread limit, \
+             or lower the thread count (epochplan.set_num_threads)"
+        ))
+    })?);
     if let Some(theirs) = current_pool(pid, threads) {
-        return theirs; // another thread built one meanwhile
+        return Ok(theirs); // another thread built one meanwhile
     }
     *POOL.lock().unwrap_or_else(|e| e.into_inner()) = Some(PoolSlot {
         pid,
         threads,
         pool: Arc::clone(&pool),
     });
-    pool
+    Ok(pool)
 }
 
 /// The pool of this process for `threads` threads, if it is built. A pool
@@ -91,24 +99,30 @@ fn current_pool(pid: u32, threads: usize) -> Option<Arc<rayon::ThreadPool>> {
 }
 
 /// Runs `f` on every `piece`-sized chunk of `data`, in parallel when there is
-/// more than one chunk and more than one thread. `f` gets the chunk's offset.
+/// more than one chunk and more than one thread (and on the calling thread
+/// alone when the system refuses every thread). `f` gets the chunk's offset.
 pub fn for_each_piece<T: Send>(data: &mut [T], piece: usize, f: impl Fn(usize, &mut [T]) + Sync) {
-    if data.len() <= piece || num_threads() == 1 {
-        for (i, chunk) in data.chunks_mut(piece.max(1)).enumerate() {
-            f(i * piece, chunk);
+    let parallel = data.len() > piece && num_threads() > 1;
+    let pool = match parallel.then(pool) {
+        Some(Ok(pool)) => pool,
+        _ => {
+            for (i, chunk) in data.chunks_mut(piece.max(1)).enumerate() {
+                f(i * piece, chunk);
+            }
+            return;
         }
-        return;
-    }
-    pool().install(|| {
+    };
+    pool.install(|| {
         data.par_chunks_mut(piece)
             .enumerate()
             .for_each(|(i, chunk)| f(i * piece, chunk));
     });
 }
 
-/// Runs `f` inside the pool (for callers that use rayon iterators directly).
-pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    pool().install(f)
+/// Runs `f` inside the pool (for callers that use rayon iterators directly);
+/// an error when no thread can be started.
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R> {
+    Ok(pool()?.install(f))
 }
 
 /// Serialises the tests that change the thread count: cargo runs tests on

@@ -227,6 +227,17 @@ enum Msg {
     Close,
 }
 
+/// Starts a scoped thread, or an error when the system refuses it (a
+/// process thread limit) instead of a panic.
+fn spawn_scoped<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> Result<std::thread::ScopedJoinHandle<'scope, T>> {
+    std::thread::Builder::new()
+        .spawn_scoped(scope, f)
+        .map_err(|e| Error::Thread(format!("cannot start a plan file thread: {e}")))
+}
+
 fn interrupted() -> Error {
     Error::Value("interrupted".into())
 }
@@ -241,11 +252,11 @@ fn with_progress<T: Send>(
 ) -> Result<T> {
     let caller = std::thread::current();
     std::thread::scope(|s| {
-        let handle = s.spawn(move || {
+        let handle = spawn_scoped(s, move || {
             let result = work();
             caller.unpark();
             result
-        });
+        })?;
         while !handle.is_finished() {
             std::thread::park_timeout(PROGRESS_EVERY);
             if !stop.load(Ordering::Relaxed) && !progress(done.load(Ordering::Relaxed)) {
@@ -285,7 +296,7 @@ pub fn stream_ranks<S: RankSink>(
         let (to_writer, from_main) = mpsc::sync_channel::<Msg>(BUFFERS - 2);
         let (to_main, from_writer) = mpsc::channel::<Vec<i64>>();
         std::thread::scope(|s| {
-            let writer = s.spawn(move || write_loop(&mut sink, from_main, to_main, done));
+            let writer = spawn_scoped(s, move || write_loop(&mut sink, from_main, to_main, done))?;
             let produced = produce(plan, world_size, ranks, &to_writer, &from_writer, stop);
             drop(to_writer);
             let written = writer
@@ -637,7 +648,7 @@ pub fn verify_rank_files(
                     verify_one(&checks, world_size, file, order_known, stop, done)
                 })
                 .collect()
-        });
+        })?;
         results.into_iter().collect::<Result<()>>()?;
         let total: u64 = files.iter().map(|f| f.count).sum();
         let want = plan.cursor_at_step(plan.num_steps()) - plan.cursor();

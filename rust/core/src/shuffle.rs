@@ -109,7 +109,7 @@ pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Result<Vec<i64>> {
                     for_each_label(seed, epoch, b, block_len(b), bits, |l| c[l] += 1);
                 }
             });
-    });
+    })?;
 
     // 2. Each run scatters its positions into its pieces of the buckets.
     let mut bucket_pieces: Vec<&mut [i64]> = Vec::with_capacity(buckets);
@@ -145,7 +145,7 @@ pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Result<Vec<i64>> {
                     });
                 }
             });
-    });
+    })?;
 
     // 3. Each bucket is shuffled with its own stream.
     let mut pieces: Vec<&mut [i64]> = Vec::with_capacity(buckets);
@@ -161,7 +161,7 @@ pub fn uniform_permutation(n: u64, seed: u64, epoch: u64) -> Result<Vec<i64>> {
             let mut rng = Xoshiro256pp::from_key(derive(seed, epoch, domain("bucket"), l as u64));
             fisher_yates(piece, &mut rng);
         });
-    });
+    })?;
     Ok(out)
 }
 

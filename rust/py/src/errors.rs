@@ -1,7 +1,7 @@
 //! The one mapping from core errors to Python exceptions.
 
 use epochplan_core::Error;
-use pyo3::exceptions::{PyIndexError, PyOverflowError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
 
 /// Converts a core error into the Python exception its variant names.
@@ -10,6 +10,7 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Value(msg) => PyValueError::new_err(msg),
         Error::Index(msg) => PyIndexError::new_err(msg),
         Error::Overflow(msg) | Error::Memory(msg) => PyOverflowError::new_err(msg),
+        Error::Thread(msg) => PyRuntimeError::new_err(msg),
     }
 }
 

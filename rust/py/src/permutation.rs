@@ -408,7 +408,7 @@ pub fn split_range(
 /// Sets the number of threads large calls use (0: the default).
 #[pyfunction]
 pub fn set_num_threads(num_threads: &Bound<'_, PyAny>) -> PyResult<()> {
-    let n = int_arg(num_threads, "num_threads", 0, 1024)?;
+    let n = int_arg(num_threads, "num_threads", 0, parallel::MAX_THREADS as u64)?;
     parallel::set_num_threads(n as usize);
     Ok(())
 }

@@ -1054,7 +1054,7 @@ fn in_pieces<P: Send, T: Send>(
                 });
             }
         });
-    });
+    })?;
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some((_, e)) => Err(e),
         None => Ok(()),
