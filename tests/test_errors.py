@@ -647,3 +647,46 @@ for name, call in calls.items():
         assert lines[name].startswith("RuntimeError cannot start a worker thread"), lines[name]
     assert lines["write_plan"].startswith("RuntimeError cannot start a plan file thread")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("call", ["take", "get_shuffle", "step_micro_batches"])
+def test_out_of_memory_is_an_exception(call: str) -> None:
+    # Under an address-space limit (as cluster schedulers set), copies of
+    # inputs and the many micro-batches of a step fail with an exception;
+    # Rust's default on a failed allocation is to abort the process.
+    script = f"""
+import resource, numpy as np, epochplan as ep
+from epochplan.compat import streaming
+def limit(extra_mb):
+    with open("/proc/self/status") as f:
+        size = next(int(l.split()[1]) for l in f if l.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (size + (extra_mb << 20),) * 2)
+call = {call!r}
+if call == "step_micro_batches":
+    plan = ep.EpochPlan(10**7, 10**7, kind="identity")
+    limit(800)  # the step's ids and its list fit, its 10**7 micro-batches do not
+    f = lambda: plan.step_micro_batches(0, 0, 1, 1)
+else:
+    a = np.zeros(5 * 10**7, dtype=np.int64)
+    limit(100)  # the 400 MB input is there, its copy does not fit
+    if call == "take":
+        f = lambda: ep.Permutation(10).take(a)
+    else:
+        f = lambda: streaming.get_shuffle("py1s", a, 1, 0, 0, 1 << 18)
+try:
+    f()
+    print("returned")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    env = {**os.environ, "EPOCHPLAN_NUM_THREADS": "1"}
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    want = {
+        "take": "OverflowError cannot allocate positions",
+        "get_shuffle": "MemoryError cannot allocate shard_sizes",
+        "step_micro_batches": "OverflowError cannot allocate a micro-batch",
+    }[call]
+    assert res.stdout.startswith(want), res.stdout

@@ -51,9 +51,25 @@ pub fn vec_with_capacity<T>(count: usize, what: &str) -> Result<Vec<T>> {
     let mut items = Vec::new();
     items.try_reserve_exact(count).map_err(|_| {
         Error::Memory(format!(
-            "cannot allocate {count} items for {what}: not enough memory"
+            "cannot allocate {what} ({count} items): not enough memory"
         ))
     })?;
+    Ok(items)
+}
+
+/// A copy of `items`, or an error naming `what` when the machine cannot
+/// hold it (instead of an aborted process).
+pub fn copy_of<T: Clone>(items: &[T], what: &str) -> Result<Vec<T>> {
+    let mut copy = vec_with_capacity(items.len(), what)?;
+    copy.extend_from_slice(items);
+    Ok(copy)
+}
+
+/// `vec![value; count]`, or an error naming `what` when the machine cannot
+/// hold it (instead of an aborted process).
+pub fn filled<T: Clone>(value: T, count: usize, what: &str) -> Result<Vec<T>> {
+    let mut items = vec_with_capacity(count, what)?;
+    items.resize(count, value);
     Ok(items)
 }
 

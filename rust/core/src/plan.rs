@@ -16,7 +16,7 @@
 //! A plan can start at a step boundary (`cursor`, in samples): the state to
 //! resume is `(format, N, seed, epoch, kind, G, cursor)`, independent of `W`.
 
-use crate::buffer::{vec_with_capacity, zeroed_ids};
+use crate::buffer::{copy_of, filled, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::order::{Kind, Order};
 use crate::parallel;
@@ -339,17 +339,18 @@ impl Plan {
         };
         let count = usize::try_from(share.micro_batches).unwrap_or(usize::MAX);
         let mut batches = vec_with_capacity(count, "the step's micro-batches")?;
-        batches.extend((0..share.micro_batches).map(|m| {
+        let what = "a micro-batch";
+        for m in 0..share.micro_batches {
             let (a, b) = share.micro_batch_range(m);
-            if a == b {
-                (vec![filler], vec![0.0])
+            // Each micro-batch is allocated apart: fallibly, so that a step
+            // of millions of them is an error when memory runs out.
+            batches.push(if a == b {
+                (filled(filler, 1, what)?, filled(0.0, 1, what)?)
             } else {
-                (
-                    ids[a as usize..b as usize].to_vec(),
-                    vec![weight; (b - a) as usize],
-                )
-            }
-        }));
+                let real = &ids[a as usize..b as usize];
+                (copy_of(real, what)?, filled(weight, real.len(), what)?)
+            });
+        }
         Ok(batches)
     }
 

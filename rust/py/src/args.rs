@@ -2,6 +2,8 @@
 //! object into a range-checked integer, an index array or a name, with
 //! messages that name the argument and its allowed range.
 
+use crate::errors::IntoPyResult;
+use epochplan_core::buffer::copy_of;
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -232,7 +234,7 @@ fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>,
     }
     let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
     let arr = arr.cast::<PyArrayDyn<i64>>()?;
-    let values = arr.readonly().as_slice()?.to_vec();
+    let values = copy_of(arr.readonly().as_slice()?, name).py()?;
     Ok(Some((values, shape)))
 }
 

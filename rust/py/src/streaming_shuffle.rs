@@ -3,6 +3,7 @@
 
 use crate::args::{asarray, int_arg, str_arg, MAX_I64, MAX_U64};
 use crate::errors::{to_py_as_numpy, IntoPyResult};
+use epochplan_core::buffer::copy_of;
 use epochplan_core::streaming::numpy_rng::{Generator, SeedSequence};
 use epochplan_core::streaming::shuffle::{self, Algo};
 use numpy::{IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods};
@@ -53,7 +54,7 @@ fn sizes_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i64>> {
     let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
     let arr = arr.cast::<PyArrayDyn<i64>>()?;
     let ro = arr.readonly();
-    Ok(ro.as_slice()?.to_vec())
+    copy_of(ro.as_slice()?, name).map_err(to_py_as_numpy)
 }
 
 /// Streaming's `get_shuffle`: the epoch's sample order as int64, and whether
