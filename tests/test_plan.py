@@ -260,8 +260,27 @@ def test_bad_method_arguments() -> None:
         plan.step_indices(3, 0, 1)
     with pytest.raises(ValueError, match="micro_batch_size"):
         plan.micro_batches(0, 1, 0)
-    with pytest.raises(ValueError, match="step"):
-        plan.at_step(4)
+    # Any int step outside the plan is an IndexError naming the range; the
+    # epoch's end is a step for at_step and rank_step_offset.
+    steps = [
+        lambda s: plan.step_indices(s, 0, 1),
+        plan.step_size,
+        lambda s: plan.num_micro_batches(s, 1, 1),
+        lambda s: plan.step_micro_batches(s, 0, 1, 1),
+        lambda s: plan.split_step(s, 0, 1, 1, []),
+    ]
+    ends = [plan.at_step, lambda s: plan.rank_step_offset(s, 0, 1)]
+    for call in steps + ends:
+        for step in (-1, 4, 2**63, 2**64, -(2**70)):
+            with pytest.raises(IndexError, match=r"step must be in \[0, 3[\])]"):
+                call(step)
+        with pytest.raises(TypeError, match="step must be an int"):
+            call(1.0)
+    for call in steps:
+        with pytest.raises(IndexError, match=r"step must be in \[0, 3\), got 3"):
+            call(3)
+    for call in ends:
+        call(3)
 
 
 def test_worker_shard_preserves_plan_order() -> None:

@@ -410,7 +410,7 @@ def test_elastic_len_after_load_and_iteration_rules() -> None:
     s.load_state_dict(s.state_dict_at_step(3))
     s.set_epoch(1)
     assert next(iter(s)).step == 0 and s.state_dict()["epoch"] == 1
-    with pytest.raises(ValueError, match="step must be in"):
+    with pytest.raises(IndexError, match="step must be in"):
         s.state_dict_at_step(17)
 
 

@@ -769,7 +769,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         step = int_arg(step, "step")
         plan = self._plan
         if not 0 <= step <= plan.num_steps:
-            raise ValueError(f"step must be in [0, {plan.num_steps}], got {step}")
+            raise IndexError(f"step must be in [0, {plan.num_steps}], got {step}")
         state = plan.state_dict()
         state["cursor"] = min(step * plan.global_batch_size, plan.num_samples)
         return state

@@ -131,6 +131,28 @@ pub fn int_arg(obj: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult
     }
 }
 
+/// A step of a plan of `num_steps` steps: in `[0, num_steps)`, or
+/// `[0, num_steps]` where the epoch's end is a step too (`at_step`). Any int
+/// outside is IndexError, as a position outside a sequence is; non-ints are
+/// TypeError.
+pub fn step_arg(obj: &Bound<'_, PyAny>, num_steps: u64, end_included: bool) -> PyResult<u64> {
+    let end = u64::from(end_included) + num_steps;
+    match int_value(obj, "step")? {
+        Ok(v) if v >= 0 && v < i128::from(end) => Ok(v as u64),
+        got => {
+            let got = got.map_or_else(|huge| huge, |v| v.to_string());
+            let range = if end_included {
+                format!("[0, {num_steps}]")
+            } else {
+                format!("[0, {num_steps})")
+            };
+            Err(PyIndexError::new_err(format!(
+                "step must be in {range}, got {got}"
+            )))
+        }
+    }
+}
+
 /// A keyword argument whose default None does not stand for: omitted (the
 /// caller's default applies) or given, None included, so that `seed=None`
 /// gets the argument's TypeError instead of quietly meaning the default.

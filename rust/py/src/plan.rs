@@ -1,7 +1,7 @@
 //! `EpochPlan` and its micro-batch iterator.
 
 use crate::args::{
-    bool_arg, int_arg, opt_int_arg, sample_ids_arg, str_arg, Keyword, MAX_I64, MAX_U64,
+    bool_arg, int_arg, opt_int_arg, sample_ids_arg, step_arg, str_arg, Keyword, MAX_I64, MAX_U64,
 };
 use crate::errors::IntoPyResult;
 use crate::permutation::{kind_params, order_args};
@@ -196,7 +196,7 @@ impl EpochPlan {
 
     /// Real samples in step `step`, over all ranks.
     fn step_size(&self, step: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let step = step_arg(step, self.plan.num_steps(), false)?;
         self.plan.step_len(step).py()
     }
 
@@ -208,7 +208,7 @@ impl EpochPlan {
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let step = step_arg(step, self.plan.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
         let ids = py.detach(|| self.plan.step_indices(step, rank, w)).py()?;
         Ok(ids.into_pyarray(py))
@@ -239,7 +239,7 @@ impl EpochPlan {
         world_size: &Bound<'_, PyAny>,
         micro_batch_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let step = step_arg(step, self.plan.num_steps(), false)?;
         let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
         let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
         Ok(self.plan.share(step, 0, w, b).py()?.micro_batches)
@@ -265,7 +265,7 @@ impl EpochPlan {
         world_size: &Bound<'py, PyAny>,
         micro_batch_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let step = step_arg(step, self.plan.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
         let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
         step_list(py, &self.plan, step, rank, w, b)
@@ -282,7 +282,7 @@ impl EpochPlan {
         micro_batch_size: &Bound<'py, PyAny>,
         ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let step = step_arg(step, self.plan.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
         let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
         let ids = sample_ids_arg(ids, "ids", self.plan.num_samples())?;
@@ -298,7 +298,7 @@ impl EpochPlan {
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let step = int_arg(step, "step", 0, MAX_I64)?;
+        let step = step_arg(step, self.plan.num_steps(), true)?;
         let (rank, w) = rank_args(rank, world_size)?;
         self.plan.rank_step_offset(step, rank, w).py()
     }
@@ -327,7 +327,7 @@ impl EpochPlan {
 
     /// The same plan started after `step` steps of the epoch.
     fn at_step(&self, step: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let step = int_arg(step, "step", 0, self.plan.num_steps())?;
+        let step = step_arg(step, self.plan.num_steps(), true)?;
         let plan = self.plan.with_cursor(self.plan.cursor_at_step(step)).py()?;
         Ok(Self {
             plan,
