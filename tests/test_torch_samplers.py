@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -660,6 +661,70 @@ def test_distributed_sampler_inside_stateful_dataloader() -> None:
     again.sampler.set_epoch(0)  # the state restores the epoch
     again.load_state_dict(state)
     assert head + [i for b in again for i in b.tolist()] == full
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("elastic", [True, False])
+def test_end_of_epoch_checkpoint_then_next_epoch(num_workers: int, elastic: bool) -> None:
+    # The usual loop saves after an epoch and resumes at the next one, calling
+    # set_epoch before iterating; a StatefulDataLoader loads the sampler's
+    # state only then, at iter(). The finished epoch's state must not undo
+    # set_epoch (it trained on nothing, or on the finished epoch's order again).
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader() -> tuple[StatefulDataLoader, Any]:
+        if elastic:
+            s: Any = et.ElasticBatchSampler(40, 8, 4, num_replicas=1, rank=0, seed=5)
+            dataset = s.wrap_dataset(Squares(40))
+            kwargs = {"batch_sampler": s, "collate_fn": s.collate()}
+            return StatefulDataLoader(dataset, num_workers=num_workers, **kwargs), s
+        s = et.DistributedSampler(range(40), 1, 0, seed=5)
+        return StatefulDataLoader(range(40), sampler=s, batch_size=8, num_workers=num_workers), s
+
+    def epoch_ids(pair: tuple[StatefulDataLoader, Any], epoch: int) -> list[list[int]]:
+        pair[1].set_epoch(epoch)
+        return [(b.indices if elastic else b).tolist() for b in pair[0]]
+
+    fresh = loader()
+    epochs = [epoch_ids(fresh, e) for e in range(3)]
+    first = loader()
+    assert epoch_ids(first, 0) == epochs[0]
+    resumed = loader()
+    resumed[0].load_state_dict(first[0].state_dict())
+    for epoch in (1, 2):
+        assert epoch_ids(resumed, epoch) == epochs[epoch]
+        assert resumed[1].epoch == epoch
+
+
+@pytest.mark.parametrize("cls", [et.DistributedSampler, et.ElasticBatchSampler])
+def test_finished_state_of_another_epoch_keeps_the_set_epoch(cls: Any) -> None:
+    def make() -> Any:
+        if cls is et.ElasticBatchSampler:
+            return cls(12, 4, 2, num_replicas=1, rank=0)
+        return cls(range(12), 1, 0)
+
+    done = make()
+    list(done)
+    finished = done.state_dict()  # epoch 0, nothing left
+    s = make()
+    s.set_epoch(1)
+    s.load_state_dict(finished)
+    expected = make()
+    expected.set_epoch(1)
+    assert s.epoch == 1 and list(s) == list(expected)
+    # Without set_epoch, or from a state with steps left, the state decides.
+    s = make()
+    s.load_state_dict(finished)
+    assert s.epoch == 0 and list(s) == []
+    half = make()
+    half.set_epoch(2)
+    it = iter(half)
+    next(it)
+    partial = half.state_dict()
+    s = make()
+    s.set_epoch(1)
+    s.load_state_dict(partial)
+    assert s.epoch == 2
 
 
 def test_chunk_sampler_windows_touch_at_most_preload_nchunks() -> None:

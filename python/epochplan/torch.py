@@ -224,6 +224,20 @@ class _ChunkProgress:
         return base + size - operator.length_hint(it)
 
 
+def _keeps_set_epoch(epoch_set: bool, epoch: int, saved_epoch: int, saved_finished: bool) -> bool:
+    """Whether a loaded state leaves the sampler on the epoch ``set_epoch`` chose.
+
+    torchdata's ``StatefulDataLoader`` loads the sampler's state at the next
+    ``iter()``, after the loop's ``set_epoch`` for that iteration. A state saved
+    at the end of an epoch has nothing of it left to resume: taking its epoch
+    then would undo ``set_epoch(next_epoch)`` and train on nothing (or on the
+    finished epoch's order again). So a finished state of another epoch, loaded
+    after ``set_epoch``, keeps the set epoch at its start; any other state is
+    resumed as saved.
+    """
+    return epoch_set and saved_finished and saved_epoch != epoch
+
+
 class _StridedSampler(Sampler[int]):
     """Rank ``r`` gets positions ``r, r + W, ...`` of the epoch's order, lazily."""
 
@@ -254,6 +268,7 @@ class _StridedSampler(Sampler[int]):
         self._key = _seed_arg(seed, "seed")
         self._resume: int | None = None
         self._progress = _ChunkProgress()
+        self._epoch_set = False  # see _keeps_set_epoch
 
     def __len__(self) -> int:
         return self.num_samples
@@ -267,6 +282,7 @@ class _StridedSampler(Sampler[int]):
         if epoch != self.epoch:
             self.epoch = epoch
             self._resume, self._progress = None, _ChunkProgress()
+        self._epoch_set = True
 
     def _order(self) -> Permutation:
         if not self.shuffle:
@@ -335,8 +351,12 @@ class _StridedSampler(Sampler[int]):
         _seed_arg(state_dict["epoch"], "state_dict['epoch']")
         self.seed = operator.index(state_dict["seed"])
         self._key = key
-        self.set_epoch(state_dict["epoch"])
-        self._resume = yielded
+        epoch = operator.index(state_dict["epoch"])
+        if _keeps_set_epoch(self._epoch_set, self.epoch, epoch, yielded == self.num_samples):
+            self._resume, self._progress = None, _ChunkProgress()
+            return
+        self.set_epoch(epoch)
+        self._resume, self._epoch_set = yielded, False
 
 
 class DistributedSampler(_StridedSampler):
@@ -680,6 +700,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self.epoch = 0
         self._resume: int | None = None
         self._next_step = 0
+        self._epoch_set = False  # see _keeps_set_epoch
         self._plan = self._build_plan(0)
 
     # -- the two hooks a subclass may override ---------------------------------
@@ -763,6 +784,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             self._plan = self._build_plan(epoch)
             self.epoch = epoch
             self._resume, self._next_step = None, 0
+        self._epoch_set = True
 
     def state_dict_at_step(self, step: int) -> dict[str, Any]:
         """The state that resumes this epoch at ``step`` (0 to ``plan.num_steps``)."""
@@ -799,16 +821,19 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
                 f"state_dict['drop_last'] is {saved.drop_last} but this sampler has "
                 f"drop_last={mine.drop_last}"
             )
+        keep = _keeps_set_epoch(self._epoch_set, self.epoch, saved.epoch, not saved.remaining_steps)
+        epoch, step = (self.epoch, 0) if keep else (saved.epoch, saved.start_step)
         # The plan is built under the saved seed; nothing changes if that fails.
         seed, self.seed = self.seed, saved.seed
         try:
-            plan = self._build_plan(saved.epoch)
+            plan = self._build_plan(epoch)
         except BaseException:
             self.seed = seed
             raise
-        self.epoch = saved.epoch
+        self.epoch = epoch
         self._plan = plan
-        self._resume = self._next_step = saved.start_step
+        self._resume = self._next_step = step
+        self._epoch_set = keep
 
     @staticmethod
     def wrap_dataset(dataset: Any) -> WeightedDataset:
