@@ -258,7 +258,9 @@ def test_strided_set_epoch_starts_the_new_epoch(cls: type[et.DistributedSampler]
     # The loop's set_epoch call for the loaded epoch keeps the position.
     fresh.load_state_dict({"epoch": 1, "seed": 3, "yielded": 2})
     fresh.set_epoch(1)
+    assert len(fresh) == 3
     assert list(fresh) == epoch1[2:]
+    assert len(fresh) == 5  # later iterations are whole epochs
 
 
 def test_padding_near_the_largest_dataset() -> None:

@@ -271,7 +271,9 @@ class _StridedSampler(Sampler[int]):
         self._epoch_set = False  # see _keeps_set_epoch
 
     def __len__(self) -> int:
-        return self.num_samples
+        """Indices the next iteration yields: ``num_samples``, less a loaded
+        position's."""
+        return self.num_samples - (self._resume or 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch: a different ``(seed, epoch)`` gives an unrelated order.
