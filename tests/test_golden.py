@@ -111,5 +111,97 @@ def test_identity_ignores_seed_and_epoch() -> None:
         assert entries[0][1] == list(range(min(n, 8)))
 
 
+# Plans: how steps are dealt to ranks, cut into micro-batches and filled is
+# part of the frozen format too (a changed plan silently changes every plan
+# file, sampler and resume). Per entry, two lines: "kind num_samples
+# global_batch_size world_size micro_batch_size drop_last cursor seed epoch
+# sha256[:32]" (sha256 of every rank's micro-batches, ids as little-endian
+# int64 then weights as little-endian float64, of the steps in `plan_steps`),
+# then the ids of rank 0's first micro-batch (at most 8).
+GOLDEN_PLAN_V1 = (Path(__file__).parent / "golden" / "plan_v1.txt").read_text()
+TOP = 2**64 - 1
+# kind N G W b drop_last cursor seed epoch: fillers (N < W, n_t < W * M),
+# N % G != 0 with and without drop_last, resumed cursors, W = 1, G < W,
+# every kind, and sizes up to 2**63 - 1 (a few steps of them).
+PLAN_GRID = [
+    ("cipher", 0, 4, 3, 2, False, 0, 0, 0),
+    ("cipher", 1, 4, 3, 2, False, 0, 0, 0),
+    ("cipher", 9, 9, 2, 4, False, 0, 0, 0),
+    ("cipher", 23, 7, 3, 2, False, 0, 1, 0),
+    ("cipher", 23, 7, 3, 2, True, 7, 1, 3),
+    ("cipher", 23, 2, 5, 1, False, 4, 0, 0),
+    ("cipher", 100, 16, 5, 3, False, 32, 7, 2),
+    ("cipher", 1001, 64, 7, 5, True, 128, TOP, 1),
+    ("cipher", 1000, 1000, 1, 1000, False, 0, 0, 0),
+    ("identity", 50, 8, 3, 2, False, 0, 0, 0),
+    ("uniform", 1000, 50, 4, 7, False, 100, 3, 5),
+    ("chunked", 5000, 256, 6, 16, False, 0, 2, 1),
+    ("cipher", 10**9, 4096, 7, 100, False, 0, 0, 0),
+    ("chunked", 10**9, 4096, 8, 512, True, 4096 * 1000, 1, 2),
+    ("cipher", 2**63 - 1, 4096, 7, 100, False, 0, TOP, 7),
+]
+
+
+def golden_plan(kind: str, n: int, g: int, seed: int, epoch: int, drop_last: bool, cursor: int):
+    extra = CHUNKED if kind == "chunked" else {}
+    return ep.EpochPlan(
+        n, g, seed=seed, epoch=epoch, kind=kind, drop_last=drop_last, cursor=cursor, **extra
+    )
+
+
+def plan_steps(plan: ep.EpochPlan) -> list[int]:
+    """Every step of a short plan; the first two, a middle and the last of a long one."""
+    first, end = plan.start_step, plan.num_steps
+    if end - first <= 64:
+        return list(range(first, end))
+    return sorted({first, first + 1, (first + end) // 2, end - 1})
+
+
+def plan_digest(entry: tuple) -> tuple[str, list[int]]:
+    kind, n, g, w, b, drop_last, cursor, seed, epoch = entry
+    plan = golden_plan(kind, n, g, seed, epoch, drop_last, cursor)
+    h = hashlib.sha256()
+    head: list[int] = []
+    for step in plan_steps(plan):
+        for rank in range(w):
+            for ids, weights in plan.step_micro_batches(step, rank, w, b):
+                h.update(ids.astype("<i8").tobytes())
+                h.update(weights.astype("<f8").tobytes())
+                if not head:
+                    head = ids[:8].tolist()
+    return h.hexdigest()[:32], head
+
+
+def render_plans() -> str:
+    rows = []
+    for entry in PLAN_GRID:
+        h, head = plan_digest(entry)
+        rows.append(" ".join(str(int(x) if isinstance(x, bool) else x) for x in entry) + f" {h}")
+        rows.append("  " + (" ".join(map(str, head)) or "-"))
+    return "\n".join(rows)
+
+
+def plan_table() -> dict[tuple, tuple[str, list[int]]]:
+    lines = [line.split() for line in GOLDEN_PLAN_V1.strip().splitlines() if line[0] != "#"]
+    out = {}
+    for i in range(0, len(lines), 2):
+        kind, *numbers, h = lines[i]
+        n, g, w, b, drop_last, cursor, seed, epoch = map(int, numbers)
+        key = (kind, n, g, w, b, bool(drop_last), cursor, seed, epoch)
+        out[key] = (h, [int(x) for x in lines[i + 1] if x != "-"])
+    return out
+
+
+def test_plan_table_covers_the_grid() -> None:
+    assert sorted(plan_table(), key=str) == sorted(PLAN_GRID, key=str)
+
+
+@pytest.mark.parametrize("entry", PLAN_GRID, ids=lambda e: "-".join(map(str, e)))
+def test_golden_plan(entry: tuple) -> None:
+    assert plan_digest(entry) == plan_table()[entry]
+
+
 if __name__ == "__main__":
-    print(render())
+    import sys
+
+    print(render_plans() if sys.argv[1:] == ["plans"] else render())

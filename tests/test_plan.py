@@ -25,11 +25,45 @@ def all_ranks(plan: ep.EpochPlan, world: int, micro: int) -> list[list[list[ep.M
     return [list(plan.micro_batches(r, world, micro)) for r in range(world)]
 
 
+def reference_step(
+    step_ids: list[int], rank: int, world: int, micro: int
+) -> list[tuple[list[int], list[float]]]:
+    """One rank's micro-batches of a step, from the step's ids in position order,
+    as DESIGN.md section 4 and the README state them: rank r deals positions
+    r, r + W, ...; M = max(1, ceil(ceil(n_t / W) / b)) micro-batches per rank;
+    the share is cut into M parts whose sizes differ by at most one, the larger
+    first; a part with no sample holds one zero-weight filler, a copy of the
+    rank's last sample of the step, or of the step's sample at position
+    rank mod n_t when the rank has none; real samples weigh W / n_t."""
+    n_t = len(step_ids)
+    share = step_ids[rank::world]
+    most = -(-n_t // world)  # the largest share
+    m = max(1, -(-most // micro))
+    base, extra = divmod(len(share), m)
+    filler = share[-1] if share else step_ids[rank % n_t]
+    out, start = [], 0
+    for part in range(m):
+        size = base + (part < extra)
+        if size:
+            out.append((share[start : start + size], [world / n_t] * size))
+        else:
+            out.append(([filler], [0.0]))
+        start += size
+    return out
+
+
 def check_plan(plan: ep.EpochPlan, world: int, micro: int) -> None:
     """Asserts every invariant of one plan on one world size."""
     n, g = plan.num_samples, plan.global_batch_size
     ranks = all_ranks(plan, world, micro)
     steps = range(plan.start_step, plan.num_steps)
+    # The plan is the reference model of its rules, micro-batch for micro-batch.
+    order = np.asarray(ep.Permutation(n, seed=plan.seed, epoch=plan.epoch, **kind_of(plan)))
+    for r, per_rank in enumerate(ranks):
+        for t, step in enumerate(steps):
+            step_ids = order[step * g : step * g + plan.step_size(step)].tolist()
+            got = [(ids.tolist(), weights.tolist()) for ids, weights in per_rank[t]]
+            assert got == reference_step(step_ids, r, world, micro)
     # Equal steps, equal micro-batch counts per step, never empty, never above b.
     for per_rank in ranks:
         assert len(per_rank) == len(steps)
