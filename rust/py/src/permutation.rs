@@ -248,7 +248,9 @@ impl Permutation {
     }
 
     /// The ids at an array of positions (any integer array, any shape;
-    /// negative positions count from the end).
+    /// negative positions count from the end), as an int64 array of that
+    /// shape; one position gives a numpy int64, as numpy's `take` does
+    /// (`p[i]` gives a Python int).
     fn take<'py>(
         &self,
         py: Python<'py>,
