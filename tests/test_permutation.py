@@ -193,6 +193,44 @@ def test_cipher_orders_of_a_small_domain_over_seeds(n: int) -> None:
     assert chi2_sf(statistic, orders - 1) > 1e-4, (counts.min(), counts.max())
 
 
+@pytest.mark.parametrize("n", [65, 100, 129])
+def test_cipher_pairs_just_above_the_table_are_uniform_over_seeds(n: int) -> None:
+    """Above 64 samples the order is the Feistel network: the ids at two
+    positions, over seeds, are about uniform over the n * (n - 1) pairs."""
+    draws = n * (n - 1) * 8
+    pairs = np.array([ep.Permutation(n, seed=s)[[0, n - 1]] for s in range(draws)])
+    cells = pairs[:, 0] * n + pairs[:, 1]
+    counts = np.bincount(cells, minlength=n * n).reshape(n, n)
+    assert np.trace(counts) == 0  # never the same id twice
+    counts = counts[~np.eye(n, dtype=bool)]
+    expected = draws / (n * (n - 1))
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2_sf(statistic, n * (n - 1) - 1) > 1e-4, (counts.min(), counts.max())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(65, 2**63 - 1),
+    seed=st.integers(0, 2**64 - 1),
+    kind=st.sampled_from(["cipher", "chunked"]),
+    data=st.data(),
+)
+def test_distinct_positions_give_distinct_ids_at_any_size(
+    n: int, seed: int, kind: str, data: st.DataObject
+) -> None:
+    """Bijection at sizes no test can enumerate: distinct positions (random,
+    and the ends of the range) give distinct ids in range, alike one by one
+    and as an array."""
+    extra = {"chunk_size": 1000, "preload_nchunks": 3} if kind == "chunked" else {}
+    p = ep.Permutation(n, seed=seed, kind=kind, **extra)
+    positions = data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=40))
+    positions = sorted(positions | {0, n - 1, n // 2})
+    ids = p.take(np.array(positions, dtype=np.int64))
+    assert len(set(ids.tolist())) == len(positions)
+    assert ((ids >= 0) & (ids < n)).all()
+    assert ids.tolist() == [p[i] for i in positions]
+
+
 def test_uniform_large_path_positions_are_uniform() -> None:
     """N > 65,536 takes the scatter shuffle: where chosen elements land, over
     seeds, is uniform (and so is the joint law of two of them)."""
