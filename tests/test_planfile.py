@@ -141,6 +141,30 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notaplan", "p"]
 
 
+def test_force_keeps_a_plan_directory_holding_other_files(tmp_path: Path) -> None:
+    # Replacing removes everything inside: a user's file or folder kept in a
+    # plan directory makes it no longer replaceable.
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2, epochs=range(2))
+    for extra in ("my_checkpoint.pt", "data/shard0", "epoch-0000/notes.txt", "epoch-0009/x"):
+        path = out / extra
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("precious")
+        with pytest.raises(PlanError, match=f"holds {extra.split('/')[0]}.*not part of its plan"):
+            write_plan(out, 100, 10, 3, force=True)
+        assert path.read_text() == "precious"
+        assert open_plan(out).world_size == 2
+        path.unlink()
+        if path.parent != out and not any(path.parent.iterdir()):
+            path.parent.rmdir()
+    # A link inside is not the plan's either.
+    (out / "link").symlink_to(out / MANIFEST)
+    with pytest.raises(PlanError, match="holds link"):
+        write_plan(out, 100, 10, 3, force=True)
+    (out / "link").unlink()
+    assert write_plan(out, 100, 10, 3, force=True).world_size == 3
+
+
 def test_what_appears_during_a_write_is_kept(tmp_path: Path) -> None:
     # Without force, `out` did not exist when the write began: a directory
     # made there since (another writer, a user) is never replaced.

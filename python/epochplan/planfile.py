@@ -185,17 +185,32 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _is_replaceable(path: Path) -> bool:
-    """An empty directory or a plan directory (never anything else, nor a link)."""
+def _why_not_replaceable(path: Path) -> str | None:
+    """None for an empty directory or a plan directory holding nothing but its
+    manifest and the files it lists; else why ``path`` must not be replaced
+    (replacing removes everything in it: never a link, other data, or a
+    user's files kept beside a plan)."""
     if path.is_symlink() or not path.is_dir():
-        return False
+        return "is not a plan directory"
     if not any(path.iterdir()):
-        return True
+        return None
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("format") == PLAN_FILE_FORMAT
+        return "is not a plan directory"
+    if not isinstance(manifest, dict) or manifest.get("format") != PLAN_FILE_FORMAT:
+        return "is not a plan directory"
+    files = manifest.get("files")
+    if not isinstance(files, list):
+        return "is not a plan directory"
+    listed = {MANIFEST} | {str(f.get("path")) for f in files if isinstance(f, dict)}
+    folders = {str(Path(name).parent) for name in listed} - {"."}
+    for entry in path.rglob("*"):
+        name = entry.relative_to(path).as_posix()
+        plan_entry = name in folders if entry.is_dir() else name in listed
+        if entry.is_symlink() or not plan_entry:
+            return f"holds {name}, which is not part of its plan"
+    return None
 
 
 def _available_memory() -> int | None:
@@ -227,8 +242,9 @@ def _prepare_output(
     if out.exists() or out.is_symlink():
         if not force:
             raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
-        if not _is_replaceable(out):
-            raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
+        why = _why_not_replaceable(out)
+        if why is not None:
+            raise PlanError(f"{out} exists and {why}; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out)
 
@@ -435,8 +451,9 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         return
     trash = None
     if out.exists() or out.is_symlink():
-        if not _is_replaceable(out):
-            raise PlanError(f"{out} exists and is not a plan directory; refusing to replace it")
+        why = _why_not_replaceable(out)
+        if why is not None:
+            raise PlanError(f"{out} exists and {why}; refusing to replace it")
         if _exchange(tmp, out):
             _fsync_dir(out.parent)
             shutil.rmtree(tmp, ignore_errors=True)
