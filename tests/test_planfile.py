@@ -890,3 +890,30 @@ def test_deeply_nested_manifest(plan_dir: Path) -> None:
     (plan_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(PlanError, match="cannot read the manifest"):
         open_plan(plan_dir)
+
+
+def test_manifest_records_the_defaults_the_plan_used(tmp_path: Path) -> None:
+    # A chunked plan's preload_nchunks defaults to 1: the manifest says 1, so
+    # the files keep their meaning whatever a later default is.
+    d = write_plan(tmp_path / "p", 1000, 10, 2, kind="chunked", chunk_size=10)
+    manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
+    assert (manifest["chunk_size"], manifest["preload_nchunks"]) == (10, 1)
+    assert d.plan(0).preload_nchunks == 1
+
+
+def test_plan_paths_are_absolute_and_resolved_like_the_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `link/..` is the link target's parent to the system, not the link's
+    # folder; and an opened plan keeps working after a chdir.
+    (tmp_path / "deep" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "deep" / "a" / "b")
+    monkeypatch.chdir(tmp_path)
+    write_plan("lnk/../p", 100, 10, 2, epochs=range(2))
+    assert (tmp_path / "deep" / "a" / "p" / MANIFEST).is_file()
+    assert not (tmp_path / "p").exists()
+    d = open_plan("lnk/../p")
+    assert d.path == tmp_path / "deep" / "a" / "p"
+    monkeypatch.chdir(tmp_path / "deep")
+    assert len(d.rank_ids(1, 0)) == 50
+    verify_plan(d.path)

@@ -98,6 +98,16 @@ def _path(value: Any, name: str) -> Path:
     return path
 
 
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute as the system resolves it (``link/..`` is the
+    link target's parent, not the link's folder), its last component kept
+    as it is (a link there is refused, never followed, by writes). Plan
+    directories are kept absolute: a later ``os.chdir`` must not move them."""
+    if path.name in ("", ".", ".."):
+        return Path(os.path.realpath(path))
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
 def _progress(value: Any) -> Progress | None:
     if value is not None and not callable(value):
         raise TypeError(f"progress must be callable or None, got {type(value).__name__}")
@@ -124,16 +134,18 @@ def _plan_params(
     }
 
 
-def _check_params(params: dict[str, Any]) -> None:
-    """Checks a plan's parameters with the library's own messages, without
-    building a uniform order (a full permutation, slow at large N)."""
+def _checked_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A plan's parameters checked with the library's own messages, without
+    building a uniform order (a full permutation, slow at large N), with the
+    defaults the plan used filled in (``preload_nchunks`` of a chunked plan):
+    the manifest records what the files hold, whatever later defaults are."""
     kind = params["kind"]
     chunked = params["chunk_size"] is not None or params["preload_nchunks"] is not None
     if kind == "uniform" and chunked:
         raise ValueError(
             "chunk_size and preload_nchunks apply to kind='chunked' only, not kind=\"uniform\""
         )
-    EpochPlan(
+    plan = EpochPlan(
         params["num_samples"],
         params["global_batch_size"],
         seed=params["seed"],
@@ -142,6 +154,7 @@ def _check_params(params: dict[str, Any]) -> None:
         preload_nchunks=params["preload_nchunks"],
         drop_last=params["drop_last"],
     )
+    return {**params, "chunk_size": plan.chunk_size, "preload_nchunks": plan.preload_nchunks}
 
 
 def _sizes_plan(params: dict[str, Any]) -> EpochPlan:
@@ -319,7 +332,7 @@ def write_plan(
         raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
     # Absolute, so that "." or "dir/.." name the directory itself and its
     # hidden siblings land beside it.
-    out = Path(os.path.abspath(_path(out, "out")))
+    out = _absolute(_path(out, "out"))
     if not out.name:
         raise PlanError(f"out must name a directory below the root, got {str(out)!r}")
     progress = _progress(progress)
@@ -342,7 +355,7 @@ def write_plan(
     params = _plan_params(
         num_samples, global_batch_size, seed, kind, chunk_size, preload_nchunks, drop_last
     )
-    _check_params(params)
+    params = _checked_params(params)
 
     try:
         sizes, counts, total_bytes, tmp = _prepare_output(
@@ -670,7 +683,7 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
             version, a missing or resized file, or (when ``world_size`` is
             given) a plan written for another world size.
     """
-    root = _path(path, "path")
+    root = _absolute(_path(path, "path"))
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise PlanError(f"{root}: {what}")
@@ -744,7 +757,7 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
         d.drop_last,
     )
     try:
-        _check_params(params)
+        _checked_params(params)
     except (ValueError, TypeError, OverflowError) as e:
         raise PlanError(f"{mpath}: bad plan parameters: {e}") from None
     sizes = _sizes_plan(params)
