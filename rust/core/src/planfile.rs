@@ -250,22 +250,31 @@ fn with_progress<T: Send>(
     progress: &mut dyn FnMut(u64) -> bool,
     work: impl FnOnce() -> Result<T> + Send,
 ) -> Result<T> {
-    let caller = std::thread::current();
     std::thread::scope(|s| {
+        // The result comes through a channel: waiting on it returns as soon
+        // as the work ends (a park woken before the thread counts as
+        // finished waited a whole period).
+        let (send, receive) = mpsc::channel();
         let handle = spawn_scoped(s, move || {
-            let result = work();
-            caller.unpark();
-            result
+            // A send fails only if the caller is gone, which the scope prevents.
+            let _ = send.send(work());
         })?;
-        while !handle.is_finished() {
-            std::thread::park_timeout(PROGRESS_EVERY);
-            if !stop.load(Ordering::Relaxed) && !progress(done.load(Ordering::Relaxed)) {
-                stop.store(true, Ordering::Relaxed);
+        let result = loop {
+            match receive.recv_timeout(PROGRESS_EVERY) {
+                Ok(result) => break result,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if !stop.load(Ordering::Relaxed) && !progress(done.load(Ordering::Relaxed)) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(Error::Value("plan file worker failed".into()))
+                }
             }
-        }
-        let result = handle
-            .join()
-            .unwrap_or_else(|_| Err(Error::Value("plan file worker failed".into())));
+        };
+        // Joined here so that a panic of the work is this error, not the
+        // scope's panic.
+        let _ = handle.join();
         if stop.load(Ordering::Relaxed) {
             return Err(interrupted());
         }
