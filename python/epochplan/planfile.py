@@ -210,10 +210,9 @@ def _why_not_replaceable(path: Path) -> str | None:
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except (OSError, ValueError, RecursionError):
-        return "is not a plan directory"
-    if not isinstance(manifest, dict) or manifest.get("format") != PLAN_FILE_FORMAT:
-        return "is not a plan directory"
-    files = manifest.get("files")
+        manifest = None
+    is_plan = isinstance(manifest, dict) and manifest.get("format") == PLAN_FILE_FORMAT
+    files = manifest.get("files") if is_plan else None
     if not isinstance(files, list):
         return "is not a plan directory"
     listed = {MANIFEST} | {str(f.get("path")) for f in files if isinstance(f, dict)}
