@@ -828,7 +828,12 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         # The plan is built under the saved seed; nothing changes if that fails.
         seed, self.seed = self.seed, saved.seed
         try:
-            plan = self._build_plan(epoch)
+            if not keep and type(self)._build_plan is ElasticBatchSampler._build_plan:
+                # The saved plan is this epoch's: its order (a table of N ids for
+                # "uniform") is not built a second time.
+                plan = saved.at_step(0)
+            else:
+                plan = self._build_plan(epoch)
         except BaseException:
             self.seed = seed
             raise
