@@ -297,7 +297,13 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from epochplan.planfile import MAX_FILES, verify_plan, write_plan
+    from epochplan.planfile import (
+        MAX_FILES,
+        PlanError,
+        _check_verify_memory,
+        verify_plan,
+        write_plan,
+    )
 
     if args.kind == "chunked" and args.chunk_size is None:
         raise UsageError("--kind chunked needs --chunk-size")
@@ -322,6 +328,18 @@ def _run_plan(args: argparse.Namespace) -> int:
     say = (lambda _msg: None) if args.quiet else print
     epochs = range(args.epoch, args.epoch + args.epochs)
     try:
+        if not args.no_verify:
+            # Known before writing: no plan is written that cannot be verified.
+            try:
+                _check_verify_memory(
+                    Path(out),
+                    args.num_samples,
+                    args.global_batch_size,
+                    args.kind,
+                    args.drop_last,
+                )
+            except PlanError as e:
+                raise PlanError(f"{e} (--no-verify writes the plan without verifying it)") from None
         t0 = time.perf_counter()
         with progress_bar("writing", "B", show, scale=8) as bar:
             d = write_plan(

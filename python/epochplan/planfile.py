@@ -803,6 +803,21 @@ def _check_manifest(d: PlanDirectory, mpath: Path) -> None:
             )
 
 
+def _check_verify_memory(
+    path: Path, num_samples: int, global_batch_size: int, kind: str, drop_last: bool
+) -> None:
+    """Raises PlanError if :func:`verify_plan` of such a plan would not fit in
+    the memory available now."""
+    avail = _available_memory()
+    need, what = num_samples // 8, "a bitmap of N/8"
+    if kind == "uniform" and drop_last and num_samples % global_batch_size:
+        need, what = need + 16 * num_samples, "a bitmap of N/8 and the uniform permutation"
+    if avail is not None and need > avail:
+        raise PlanError(
+            f"{path}: verifying needs {what} = {_gb(need)} of memory, {_gb(avail)} is available"
+        )
+
+
 def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
     """Checks a plan directory completely, streaming through its files:
     the manifest, every file's header, size and checksum, every file's length
@@ -824,14 +839,7 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     """
     progress = _progress(progress)
     d = open_plan(path)
-    avail = _available_memory()
-    need, what = d.num_samples // 8, "a bitmap of N/8"
-    if d.kind == "uniform" and d.drop_last and d.num_samples % d.global_batch_size:
-        need, what = need + 16 * d.num_samples, "a bitmap of N/8 and the uniform permutation"
-    if avail is not None and need > avail:
-        raise PlanError(
-            f"{d.path}: verifying needs {what} = {_gb(need)} of memory, {_gb(avail)} is available"
-        )
+    _check_verify_memory(d.path, d.num_samples, d.global_batch_size, d.kind, d.drop_last)
     files: Sequence[dict[str, Any]] = d.manifest["files"]
     w = d.world_size
     total = sum(int(f["bytes"]) for f in files)
