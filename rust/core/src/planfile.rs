@@ -330,6 +330,11 @@ fn produce(
     let gone = || Error::Value("plan file writer stopped".into());
     let mut allocated = 0;
     for (index, &rank) in ranks.iter().enumerate() {
+        // Checked per file too: with more ranks than a step has samples,
+        // thousands of files can be empty.
+        if stop.load(Ordering::Relaxed) {
+            return Err(interrupted());
+        }
         let count = plan.rank_len(rank, world_size)?;
         to_writer
             .send(Msg::Open(index, count))
@@ -446,6 +451,11 @@ pub struct ExpectedFile {
     pub checksum: String,
 }
 
+/// Ids per chunk when reading a file of `count` ids.
+fn chunk_len(count: u64) -> usize {
+    count.min(CHUNK_IDS as u64) as usize
+}
+
 /// A failed check: the file and the first thing wrong with it.
 fn violation(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::Value(format!("{}: {what}", path.display()))
@@ -529,13 +539,19 @@ fn stream_ids(
     mut visit: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
     done.fetch_add(npy_header(file.count).len() as u64, Ordering::Relaxed);
-    let mut buf = vec![0u8; CHUNK_IDS * 8];
+    // No larger than the file: thousands of files can be empty or short.
+    let mut buf = vec![0u8; chunk_len(file.count) * 8];
     let mut index = 0u64;
-    while index < file.count {
+    loop {
+        // Checked before the first chunk too: an empty file is also a point
+        // where the work stops.
         if stop.load(Ordering::Relaxed) {
             return Err(interrupted());
         }
-        let len = ((file.count - index).min(CHUNK_IDS as u64) * 8) as usize;
+        if index == file.count {
+            return Ok(());
+        }
+        let len = chunk_len(file.count - index) * 8;
         f.read_exact(&mut buf[..len])
             .map_err(|e| violation(&file.path, format!("cannot read: {e}")))?;
         hasher.update(&buf[..len]);
@@ -543,7 +559,6 @@ fn stream_ids(
         index += (len / 8) as u64;
         done.fetch_add(len as u64, Ordering::Relaxed);
     }
-    Ok(())
 }
 
 /// Checks one plan file's size, header and checksum (not its ids against a
@@ -743,7 +758,14 @@ fn verify_one(
     let plan = checks.plan;
     // With the order known, every id is compared with the plan's, computed
     // a chunk at a time alongside the reading (as the writer computed them).
-    let mut expected = vec![0i64; if order_known { CHUNK_IDS } else { 0 }];
+    let mut expected = vec![
+        0i64;
+        if order_known {
+            chunk_len(file.count)
+        } else {
+            0
+        }
+    ];
     let mut at = (plan.start_step(), 0);
     // The first bad id; reading goes on to the end, so that a checksum
     // mismatch (the file changed after it was written) is reported first.
@@ -868,5 +890,34 @@ mod tests {
         let p = plan(1 << 32, 7, false);
         let err = stream_ranks(&p, 1, &[0], NullSink, &mut |_| false);
         assert_eq!(err, Err(interrupted()));
+    }
+
+    /// Opens files slowly and counts them.
+    struct SlowSink<'a>(&'a AtomicU64);
+
+    impl RankSink for SlowSink<'_> {
+        fn open(&mut self, _: usize) -> Result<()> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        }
+        fn write(&mut self, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn close(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn empty_files_are_points_where_writing_stops() {
+        // 10 samples over 2,000 ranks: all but ten files are empty.
+        let p = plan(10, 10, false);
+        let ranks: Vec<u64> = (0..2000).collect();
+        let opened = AtomicU64::new(0);
+        let err = stream_ranks(&p, 2000, &ranks, SlowSink(&opened), &mut |_| false);
+        assert_eq!(err, Err(interrupted()));
+        let opened = opened.load(Ordering::Relaxed);
+        assert!(opened < 2000, "stopped after {opened} of 2000 files");
     }
 }
