@@ -886,6 +886,16 @@ def test_huge_plan_is_refused_for_disk(tmp_path: Path) -> None:
         write_plan(tmp_path / "big", 2**62, 8, 1)
 
 
+def test_disk_need_counts_whole_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1,000 rank files of a 128-byte header each: 128 kB of bytes, 4 MB of blocks.
+    fs = os.statvfs(tmp_path)
+    small = type("FakeStatvfs", (), {"f_frsize": 4096, "f_bavail": 100})
+    monkeypatch.setattr(os, "statvfs", lambda path: small if path == tmp_path else fs)
+    with pytest.raises(PlanError, match=r"needs 4\.1 MB of disk, only 409\.6 KB is free"):
+        write_plan(tmp_path / "p", 10, 10, 1000)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_deeply_nested_manifest(plan_dir: Path) -> None:
     (plan_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(PlanError, match="cannot read the manifest"):

@@ -16,6 +16,15 @@ def limit_label(hi: int) -> str:
     return _LIMITS.get(hi, str(hi))
 
 
+def size_label(n: float) -> str:
+    """A number of bytes for a message: ``512 B``, ``4.1 MB``, ``8.0 GB``."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 def int_label(number: int) -> str:
     """An int for a message: its digits, or its size when Python would refuse
     to print it (over 4,300 digits) or it would swamp the message."""

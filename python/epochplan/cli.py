@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ._args import limit_label
+from ._args import limit_label, size_label
 
 PROG = "epochplan"
 
@@ -107,14 +107,6 @@ seed_or_epoch = _in_range(0, _MAX_U64)
 
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def _rate(n: float) -> str:
@@ -365,8 +357,9 @@ def _run_plan(args: argparse.Namespace) -> int:
             f"epochs={list(epochs)} kind={args.kind} seed={args.seed} -> {out}"
         )
         say(
-            f"wrote {files} files, {_size(nbytes)} in {t_write:.1f} s "
-            f"({_rate(ids / max(t_write, 1e-9))} ids/s, {_size(nbytes / max(t_write, 1e-9))}/s)"
+            f"wrote {files} files, {size_label(nbytes)} in {t_write:.1f} s "
+            f"({_rate(ids / max(t_write, 1e-9))} ids/s, "
+            f"{size_label(nbytes / max(t_write, 1e-9))}/s)"
         )
         if not args.no_verify:
             t1 = time.perf_counter()
@@ -382,7 +375,10 @@ def _run_plan(args: argparse.Namespace) -> int:
                 f"{'as planned and ' if compared else ''}once per epoch, "
                 f"equal steps ({d.manifest['num_steps']:,} per rank)"
             )
-        say(f"disk: {_size(_dir_bytes(d.path))}, peak memory (RSS): {_size(_peak_rss_bytes())}")
+        say(
+            f"disk: {size_label(_dir_bytes(d.path))}, "
+            f"peak memory (RSS): {size_label(_peak_rss_bytes())}"
+        )
         if temp_root is not None:
             if args.keep:
                 say(f"kept {out}")
@@ -433,7 +429,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(
             f"{args.dir}: ok ({len(d.manifest['files'])} files, "
-            f"{_size(int(d.manifest['total_bytes']))}, N={d.num_samples:,}, "
+            f"{size_label(int(d.manifest['total_bytes']))}, N={d.num_samples:,}, "
             f"W={d.world_size}, epochs={d.epochs}) in {time.perf_counter() - t0:.1f} s"
         )
     return 0
@@ -485,7 +481,8 @@ def _run_permute(args: argparse.Namespace) -> int:
     need = (16 if args.kind == "uniform" else 8) * n
     if avail is not None and need > avail:
         raise ValueError(
-            f"--num-samples {n:,} needs about {_size(need)} of memory, {_size(avail)} is available"
+            f"--num-samples {n:,} needs about {size_label(need)} of memory, "
+            f"{size_label(avail)} is available"
         )
     base = _peak_rss_bytes()
     t0 = time.perf_counter()
@@ -499,8 +496,8 @@ def _run_permute(args: argparse.Namespace) -> int:
         f"{dt:.2f} s, {_rate(n / max(dt, 1e-9))} ids/s, {ep.get_num_threads()} threads"
     )
     print(
-        f"peak memory (RSS): {_size(peak)} ({_size(peak - base)} for the call, "
-        f"output {_size(ids.nbytes)})"
+        f"peak memory (RSS): {size_label(peak)} ({size_label(peak - base)} for the call, "
+        f"output {size_label(ids.nbytes)})"
     )
     print(f"first ids: [{first}{', ...' if n > 8 else ''}]")
     print(f"blake2b-128 of the int64 ids: {digest.hexdigest()}")

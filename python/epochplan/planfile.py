@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan import _native
-from epochplan._args import bool_arg, int_arg, limit_label
+from epochplan._args import bool_arg, int_arg, limit_label, size_label
 from epochplan._native import FORMAT_VERSION, EpochPlan
 
 __all__ = [
@@ -236,13 +236,10 @@ def _available_memory() -> int | None:
     return None
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"
-
-
-def _files_bytes(counts: list[int], num_epochs: int) -> int:
-    """The bytes of a plan's files: one per rank (of ``counts`` ids) per epoch."""
-    return sum(_native.npy_file_size(c) for c in counts) * num_epochs
+def _files_bytes(counts: list[int], num_epochs: int, block: int = 1) -> int:
+    """The bytes of a plan's files: one per rank (of ``counts`` ids) per epoch,
+    each rounded up to whole blocks of ``block`` bytes (what it takes on disk)."""
+    return sum(-(-_native.npy_file_size(c) // block) * block for c in counts) * num_epochs
 
 
 def _prepare_output(
@@ -263,18 +260,21 @@ def _prepare_output(
     sizes = _sizes_plan(params)
     counts = [sizes.rank_size(r, world_size) for r in range(world_size)]
     total_bytes = _files_bytes(counts, num_epochs)
-    free = shutil.disk_usage(out.parent).free
-    if total_bytes > free:
+    fs = os.statvfs(out.parent)
+    # Small files take whole blocks: thousands of them take far more than their bytes.
+    need = _files_bytes(counts, num_epochs, fs.f_frsize or 1)
+    free = fs.f_bavail * fs.f_frsize
+    if need > free:
         raise PlanError(
-            f"{out}: the plan needs {_gb(total_bytes)} of disk, "
-            f"only {_gb(free)} is free on {out.parent.resolve()}"
+            f"{out}: the plan needs {size_label(need)} of disk, "
+            f"only {size_label(free)} is free on {out.parent.resolve()}"
         )
     if params["kind"] == "uniform":
         need, avail = 16 * params["num_samples"], _available_memory()
         if avail is not None and need > avail:
             raise PlanError(
                 f"kind='uniform' holds the whole permutation in memory: about "
-                f"{_gb(need)} needed, {_gb(avail)} available (use kind='cipher')"
+                f"{size_label(need)} needed, {size_label(avail)} available (use kind='cipher')"
             )
     tmp = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
@@ -814,7 +814,8 @@ def _check_verify_memory(
         need, what = need + 16 * num_samples, "a bitmap of N/8 and the uniform permutation"
     if avail is not None and need > avail:
         raise PlanError(
-            f"{path}: verifying needs {what} = {_gb(need)} of memory, {_gb(avail)} is available"
+            f"{path}: verifying needs {what} = {size_label(need)} of memory, "
+            f"{size_label(avail)} is available"
         )
 
 
