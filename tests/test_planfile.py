@@ -896,6 +896,22 @@ def test_disk_need_counts_whole_blocks(tmp_path: Path, monkeypatch: pytest.Monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_failed_write_removes_the_parents_it_created(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "keep").write_text("x")
+
+    def stop(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    for out in (tmp_path / "a" / "b" / "c" / "plan", tmp_path / "d" / "plan"):
+        with pytest.raises(KeyboardInterrupt):
+            write_plan(out, 1000, 10, 2, progress=stop)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "keep"]
+    # Parents that exist stay, as does a plan written into new ones.
+    write_plan(tmp_path / "a" / "e" / "plan", 10, 10, 1)
+    assert (tmp_path / "a" / "e" / "plan" / MANIFEST).is_file()
+
+
 def test_deeply_nested_manifest(plan_dir: Path) -> None:
     (plan_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(PlanError, match="cannot read the manifest"):

@@ -299,7 +299,8 @@ def write_plan(
     """Writes the plan of ``epochs`` for ``world_size`` ranks to directory ``out``.
 
     Args:
-        out: the plan directory to create (its parents are created too).
+        out: the plan directory to create (its parents are created too, and
+            removed again if the write fails).
         num_samples, global_batch_size, seed, kind, chunk_size,
             preload_nchunks, drop_last: as for :class:`epochplan.EpochPlan`.
         world_size: the number of ranks (one file per rank and epoch).
@@ -356,6 +357,28 @@ def write_plan(
     )
     params = _checked_params(params)
 
+    # Parents created for `out` go again if the write fails (when still empty).
+    new_parents = [p for p in out.parents if not p.exists()]
+    try:
+        _write_new_plan(out, force, params, world_size, epoch_list, progress)
+    except BaseException:
+        for parent in new_parents:  # deepest first
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
+    return open_plan(out)
+
+
+def _write_new_plan(
+    out: Path,
+    force: bool,
+    params: dict[str, Any],
+    world_size: int,
+    epoch_list: list[int],
+    progress: Progress | None,
+) -> None:
+    """The writing part of :func:`write_plan`, on checked arguments: the files
+    in a partial directory, then published as ``out``, or nothing left."""
     try:
         sizes, counts, total_bytes, tmp = _prepare_output(
             out, force, params, world_size, len(epoch_list)
@@ -428,7 +451,6 @@ def write_plan(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return open_plan(out)
 
 
 def _version() -> str:
