@@ -828,10 +828,17 @@ def test_plan_sampler_resumes_like_elastic_batch_sampler(tmp_path: Path) -> None
     resumed.load_state_dict(state)
     ref.load_state_dict(state)
     assert [list(x) for x in resumed] == [list(x) for x in ref]
-    # A state of an epoch that is not in the plan cannot load.
+    # A state of an epoch that is not in the plan cannot load, nor one of another seed.
     other = dict(state, epoch=5)
     with pytest.raises(PlanError, match="epoch 5 is not in the plan"):
         resumed.load_state_dict(other)
+    with pytest.raises(PlanError, match="the plan has seed 1, not 4"):
+        resumed.load_state_dict(dict(state, seed=4))
+    # A refused state changes nothing: the next iteration is epoch 1 from step 0.
+    assert resumed.seed == 1 and resumed.epoch == 1
+    ref.set_epoch(0)
+    ref.set_epoch(1)
+    assert [list(x) for x in resumed] == [list(x) for x in ref]
 
 
 def test_plan_sampler_rejects_what_it_cannot_serve(plan_dir: Path) -> None:
@@ -864,11 +871,16 @@ def test_plan_sampler_pickles_without_its_memory_map(tmp_path: Path) -> None:
     import pickle
 
     pt = pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", 1000, 64, 2, epochs=(3,))
+    d = write_plan(tmp_path / "p", 1000, 64, 2, epochs=(3, 4))
     s = pt.PlanSampler(d.path, micro_batch_size=8, rank=1, num_replicas=2)
-    blob = pickle.dumps(s)
-    assert len(blob) < 4096
-    assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in s]
+    for epoch in (3, 4):
+        s.set_epoch(epoch)
+        blob = pickle.dumps(s)
+        assert len(blob) < 4096
+        assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in s]
+    ref = pt.ElasticBatchSampler(1000, 64, 8, num_replicas=2, rank=1)
+    ref.set_epoch(4)
+    assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in ref]
 
 
 def test_unwritable_output_is_a_plan_error(tmp_path: Path) -> None:

@@ -451,6 +451,14 @@ def test_elastic_load_rejects_other_datasets() -> None:
         s.load_state_dict(
             et.ElasticBatchSampler(100, 10, 2, num_replicas=1, rank=0, kind="identity").state_dict()
         )
+    # Another chunk layout is another order: resuming in it would repeat and skip samples.
+    c = et.ChunkSampler(500, 7, 2, 20, num_replicas=1, rank=0)
+    for key, other in [
+        ("chunk_size", et.ChunkSampler(500, 10, 2, 20, num_replicas=1, rank=0)),
+        ("preload_nchunks", et.ChunkSampler(500, 7, 3, 20, num_replicas=1, rank=0)),
+    ]:
+        with pytest.raises(ValueError, match=key):
+            other.load_state_dict(c.state_dict_at_step(3))
 
 
 class Squares(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
