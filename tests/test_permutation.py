@@ -11,6 +11,8 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -288,13 +290,30 @@ def test_epochs_and_seeds_give_new_orders() -> None:
 
 
 def fingerprint() -> str:
+    """Outputs of every parallel path: orders, a rank's share of a plan of each
+    kind, and the checksums of a plan directory (which is verified too)."""
+    from epochplan.planfile import verify_plan, write_plan
+
     parts = [
         ep.permutation(3_000_017, seed=5, kind="uniform"),
         ep.Permutation(10**9, seed=5)[3::997],
         ep.Permutation(10**9, seed=5, **CHUNKED)[:700_001],
         ep.Permutation(10**6, seed=5).take(np.arange(10**6)[::-1].reshape(1000, 1000)),
     ]
-    return "".join(sha(x) for x in parts)
+    for kinds in [{"kind": "cipher"}, {"kind": "uniform"}, CHUNKED, {"kind": "identity"}]:
+        plan = ep.EpochPlan(3_000_017, 4096, seed=5, epoch=2, **kinds)
+        parts.append(plan.rank_indices(1, 3))
+    with tempfile.TemporaryDirectory() as tmp:
+        d = write_plan(os.path.join(tmp, "p"), 3_000_017, 4096, 2, seed=5, epochs=(0, 1))
+        verify_plan(d.path)
+        checksums = " ".join(f["blake3"] for f in d.manifest["files"])
+    return "".join(sha(x) for x in parts) + hashlib.sha256(checksums.encode()).hexdigest()
+
+
+def pool_threads() -> int:
+    """The worker threads of this process's pool (named epochplan-<i>)."""
+    comms = Path("/proc/self/task").glob("*/comm")
+    return sum(comm.read_text().startswith("epochplan-") for comm in comms)
 
 
 @pytest.mark.usefixtures("restore_threads")
@@ -305,6 +324,7 @@ def test_same_output_for_any_thread_count() -> None:
     ep.set_num_threads(2)
     assert ep.get_num_threads() == 2
     two = fingerprint()
+    assert pool_threads() >= 2  # the work did run on a pool of two
     ep.set_num_threads(3)
     assert fingerprint() == two == one
 
