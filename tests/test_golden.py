@@ -37,6 +37,20 @@ UNIFORM_MAX = 2**20 + 1
 #   next 4 ids (fewer when num_samples < 8)
 GOLDEN_V1 = (Path(__file__).parent / "golden" / "v1.txt").read_text()
 
+# The sha256 of each frozen table: regenerating a table from a changed build
+# (``python tests/test_golden.py > tests/golden/v1.txt``) must not pass
+# unnoticed. rust/core/tests/golden.rs pins v1.txt's too.
+FROZEN = {
+    "v1.txt": "f0a2a5052f76f9cec0f1c62d1ce9cd71ce32530f6947b1471e6447832afb9ec6",
+    "plan_v1.txt": "02be783e421a777fbd37b60fafd3e5d4637aff6d72fc80a944ad8d9028f492f5",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FROZEN))
+def test_tables_are_the_frozen_ones(name: str) -> None:
+    data = (Path(__file__).parent / "golden" / name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == FROZEN[name], f"{name} was edited"
+
 
 def grid() -> list[tuple[str, int, int, int]]:
     return [
