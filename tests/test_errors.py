@@ -399,53 +399,62 @@ def slices() -> st.SearchStrategy[slice]:
     return st.builds(slice, part, part, part)
 
 
-@settings(
-    max_examples=600,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@given(data=st.data())
-def test_fuzz_public_functions(data: st.DataObject) -> None:
-    target = data.draw(
-        st.sampled_from(["Permutation", "permutation", "index", "take", "split", "threads"])
+def test_fuzz_public_functions() -> None:
+    # Which targets returned: the fuzz must reach past their argument checks.
+    returned: Counter[str] = Counter()
+
+    @settings(
+        max_examples=600,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
-    try:
-        if target == "Permutation":
-            ep.Permutation(data.draw(SIZES), **data.draw(kwargs()))
-        elif target == "permutation":
-            n = data.draw(SIZES.filter(bounded))
-            ep.permutation(n, **data.draw(kwargs()))
-        elif target in ("index", "take"):
-            n = data.draw(st.one_of(st.integers(0, 3000), st.just(MAX)))
-            kind = data.draw(st.sampled_from(["cipher", "chunked", "identity", "uniform"]))
-            extra = {}
-            if kind == "chunked":
-                layout = st.one_of(st.integers(1, 8), st.integers(1, MAX))
-                extra = {"chunk_size": data.draw(layout), "preload_nchunks": data.draw(layout)}
-            if kind == "uniform" and n == MAX:
-                kind = "cipher"
-            p = ep.Permutation(n, kind=kind, **extra)
-            if target == "take":
-                p.take(data.draw(VALUES))
+    @given(data=st.data())
+    def fuzz(data: st.DataObject) -> None:
+        target = data.draw(
+            st.sampled_from(["Permutation", "permutation", "index", "take", "split", "threads"])
+        )
+        try:
+            if target == "Permutation":
+                ep.Permutation(data.draw(SIZES), **data.draw(kwargs()))
+            elif target == "permutation":
+                n = data.draw(SIZES.filter(bounded))
+                ep.permutation(n, **data.draw(kwargs()))
+            elif target in ("index", "take"):
+                n = data.draw(st.one_of(st.integers(0, 3000), st.just(MAX)))
+                kind = data.draw(st.sampled_from(["cipher", "chunked", "identity", "uniform"]))
+                extra = {}
+                if kind == "chunked":
+                    layout = st.one_of(st.integers(1, 8), st.integers(1, MAX))
+                    extra = {"chunk_size": data.draw(layout), "preload_nchunks": data.draw(layout)}
+                if kind == "uniform" and n == MAX:
+                    kind = "cipher"
+                p = ep.Permutation(n, kind=kind, **extra)
+                if target == "take":
+                    p.take(data.draw(VALUES))
+                else:
+                    key = data.draw(st.one_of(VALUES, slices()))
+                    if isinstance(key, slice) and n == MAX:
+                        start = data.draw(st.integers(-5000, MAX))
+                        key = slice(start, start + data.draw(st.integers(-5000, 5000)), key.step)
+                        if not isinstance(key.step, int) or abs(key.step) > 10**6:
+                            key = slice(key.start, key.stop)
+                    p[key]
+            elif target == "split":
+                n = data.draw(st.one_of(VALUES, st.integers(0, 10**6)))
+                args = data.draw(st.lists(VALUES, min_size=2, max_size=3))
+                if bounded(n) or not isinstance(n, (int, np.integer)):
+                    ep.split(n, *args)
             else:
-                key = data.draw(st.one_of(VALUES, slices()))
-                if isinstance(key, slice) and n == MAX:
-                    start = data.draw(st.integers(-5000, MAX))
-                    key = slice(start, start + data.draw(st.integers(-5000, 5000)), key.step)
-                    if not isinstance(key.step, int) or abs(key.step) > 10**6:
-                        key = slice(key.start, key.stop)
-                p[key]
-        elif target == "split":
-            n = data.draw(st.one_of(VALUES, st.integers(0, 10**6)))
-            args = data.draw(st.lists(VALUES, min_size=2, max_size=3))
-            if bounded(n) or not isinstance(n, (int, np.integer)):
-                ep.split(n, *args)
-        else:
-            ep.set_num_threads(data.draw(VALUES))
-    except ALLOWED:
-        pass
-    finally:
-        ep.set_num_threads(0)
+                ep.set_num_threads(data.draw(VALUES))
+            returned[target] += 1
+        except ALLOWED:
+            pass
+        finally:
+            ep.set_num_threads(0)
+
+    fuzz()
+    targets = ["Permutation", "permutation", "index", "take", "split", "threads"]
+    assert all(returned[t] for t in targets), returned
 
 
 # Plans, workers and Streaming: integers are small or invalid (never a valid
