@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -193,25 +194,45 @@ def test_elastic_step_sets(world: int) -> None:
         assert sorted(got.tolist()) == sorted(want.tolist())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     n=st.integers(1, 400),
     g=st.integers(1, 50),
     w1=st.integers(1, 9),
     w2=st.integers(1, 9),
+    kinds=st.sampled_from(
+        [
+            {"kind": "cipher"},
+            {"kind": "uniform"},
+            {"kind": "chunked", "chunk_size": 7, "preload_nchunks": 3},
+            {"kind": "identity"},
+        ]
+    ),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 2**64 - 1),
     data=st.data(),
 )
 def test_resume_at_another_world_size(
-    n: int, g: int, w1: int, w2: int, data: st.DataObject
+    n: int,
+    g: int,
+    w1: int,
+    w2: int,
+    kinds: dict[str, Any],
+    drop_last: bool,
+    seed: int,
+    data: st.DataObject,
 ) -> None:
-    plan = ep.EpochPlan(n, g, seed=9)
+    plan = ep.EpochPlan(n, g, seed=seed, epoch=3, drop_last=drop_last, **kinds)
     stop = data.draw(st.integers(0, plan.num_steps))
     consumed = [i for r in range(w1) for s in range(stop) for i in plan.step_indices(s, r, w1)]
     state = json.loads(json.dumps(plan.at_step(stop).state_dict()))
     resumed = ep.EpochPlan.from_state_dict(state)
     assert resumed.start_step == stop
     rest = np.concatenate([resumed.rank_indices(r, w2) for r in range(w2)]).tolist()
-    assert sorted(consumed + rest) == list(range(n))
+    # Every sample of the epoch's steps once: all N, or the full steps with drop_last.
+    epoch = [i for s in range(plan.num_steps) for i in plan.step_indices(s, 0, 1)]
+    assert len(epoch) == len(set(epoch)) == (plan.num_steps * g if drop_last else n)
+    assert sorted(consumed + rest) == sorted(epoch)
     # The remaining steps are exactly those of the uninterrupted plan.
     for s in range(stop, plan.num_steps):
         got = [i for r in range(w2) for i in resumed.step_indices(s, r, w2)]

@@ -789,6 +789,14 @@ def test_chunk_sampler_is_elastic_and_resumable() -> None:
     s2 = et.ChunkSampler(n, c, k, g, num_replicas=2, rank=1)
     s2.load_state_dict(state)
     assert next(iter(s2)).step == 10 and s2.seed == 1
+    # Resumed on 2 ranks, the rest of the epoch: steps 10 on, every sample once.
+    rest = []
+    for r in range(2):
+        resumed = et.ChunkSampler(n, c, k, g, num_replicas=2, rank=r)
+        resumed.load_state_dict(state)
+        rest += [i for mb in resumed for i, x in zip(mb, mb.weights, strict=True) if x > 0]
+    done = [i for t in range(10) for i in steps[(1, t)]]
+    assert sorted(done + rest) == list(range(n))
 
 
 def test_import_epochplan_does_not_import_torch() -> None:
