@@ -381,3 +381,26 @@ def test_a_step_that_fails_is_not_skipped() -> None:
         with pytest.raises(OverflowError, match="cannot allocate"):
             next(steps)
         assert len(steps) == 2
+
+
+def test_one_rank_of_a_huge_plan_is_its_share() -> None:
+    # One rank's share of 10^12 samples over 10^6 ranks: 10^6 ids, computed alone.
+    plan = ep.EpochPlan(10**12, 10**6, seed=3)
+    ids = plan.rank_indices(3, 10**6)
+    assert len(ids) == plan.rank_size(3, 10**6) == 10**6
+    # One id per rank per step: rank 3 holds positions 3, 3 + G, 3 + 2G, ...
+    np.testing.assert_array_equal(ids, ep.Permutation(10**12, seed=3)[3 :: 10**6])
+
+
+@pytest.mark.parametrize(
+    ("g", "w", "drop_last"),
+    [(10**6, 7, False), (10**6, 7, True), (3, 2, True), (2**62, 3, False), (12345, 5, True)],
+)
+def test_rank_sizes_add_up_at_the_largest_n(g: int, w: int, drop_last: bool) -> None:
+    plan = ep.EpochPlan(2**63 - 1, g, drop_last=drop_last)
+    sizes = [plan.rank_size(r, w) for r in range(w)]
+    assert sum(sizes) == (plan.num_steps * g if drop_last else 2**63 - 1)
+    assert max(sizes) - min(sizes) <= plan.num_steps  # at most one more a step
+    for r in range(w):
+        assert plan.rank_step_offset(plan.num_steps, r, w) == sizes[r]
+        assert plan.rank_step_offset(1, r, w) == len(range(r, plan.step_size(0), w))
