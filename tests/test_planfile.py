@@ -867,6 +867,46 @@ def test_plan_sampler_rejects_what_it_cannot_serve(plan_dir: Path) -> None:
         pt.PlanSampler(plan_dir, micro_batch_size=4, rank=0, num_replicas=4)
 
 
+def test_plan_sampler_of_a_uniform_plan_serves_its_files(tmp_path: Path) -> None:
+    pt = pytest.importorskip("epochplan.torch")
+    d = write_plan(tmp_path / "p", 3000, 96, 3, seed=4, kind="uniform", drop_last=True)
+    s = pt.PlanSampler(d.path, micro_batch_size=10, rank=2, num_replicas=3)
+    ref = pt.ElasticBatchSampler(
+        3000, 96, 10, num_replicas=3, rank=2, seed=4, kind="uniform", drop_last=True
+    )
+    assert [(list(x), x.weights.tolist()) for x in s] == [
+        (list(x), x.weights.tolist()) for x in ref
+    ]
+    assert s.plan.kind == "uniform" and len(s) == len(ref)
+    # States say "uniform" and pass between the two samplers.
+    state = s.state_dict_at_step(7)
+    assert state == ref.state_dict_at_step(7)
+    ref.load_state_dict(state)
+    s.load_state_dict(ref.state_dict_at_step(9))
+    assert [list(x) for x in s] == [list(x) for x in ref if x.step >= 9]
+    with pytest.raises(
+        ValueError, match="state_dict\\['kind'\\] is 'identity' but this sampler has kind='uniform'"
+    ):
+        s.load_state_dict(dict(state, kind="identity"))
+
+
+def test_plan_sampler_of_a_uniform_plan_holds_no_permutation(tmp_path: Path) -> None:
+    # 2 * 10^7 samples: the permutation would be 160 MB on every rank.
+    write_plan(tmp_path / "p", 2 * 10**7, 4096, 8, kind="uniform")
+    code = (
+        "import resource, sys; from epochplan.torch import PlanSampler;"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        "s = PlanSampler(sys.argv[1], micro_batch_size=512, rank=3, num_replicas=8);"
+        "s.load_state_dict(s.state_dict_at_step(100)); next(iter(s));"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "p")],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    assert int(out.stdout) < 50 * 10**6, out.stdout
+
+
 def test_plan_sampler_pickles_without_its_memory_map(tmp_path: Path) -> None:
     import pickle
 

@@ -13,6 +13,11 @@ from epochplan._native import EpochPlan
 from epochplan.planfile import PlanDirectory, PlanError, open_plan
 from epochplan.torch import ElasticBatchSampler, RankProvider
 
+# The kind of the plan a sampler of a uniform plan directory builds for its
+# step layout: every kind has the same steps, sizes and weights, and this one
+# holds no ids.
+_LAYOUT_KIND = "identity"
+
 
 class PlanSampler(ElasticBatchSampler):
     """Equal-step, weighted micro-batches read from a plan directory.
@@ -25,9 +30,13 @@ class PlanSampler(ElasticBatchSampler):
     plan was written for, and every epoch used must be in the plan; otherwise,
     and for a missing, truncated or altered file, :class:`PlanError` is raised.
 
-    The plan's :class:`~epochplan.EpochPlan` is still built for the step layout
-    and the zero-weight fillers: O(1) memory for every kind but ``"uniform"``,
-    whose permutation it materialises.
+    The step layout and the zero-weight fillers come from an
+    :class:`~epochplan.EpochPlan` of the same sizes, in O(1) memory for every
+    kind: for ``"uniform"`` the order is in the files, so the sampler's own plan
+    is built with ``kind="identity"`` (the same steps, sizes and weights) rather
+    than materialising N ids on every rank, and its states still say
+    ``"uniform"``. :attr:`plan` gives the plan itself (for ``"uniform"``, built
+    on each access).
 
     Args:
         plan_dir: a plan directory (path or :class:`PlanDirectory`).
@@ -79,7 +88,38 @@ class PlanSampler(ElasticBatchSampler):
         if self.seed != d.seed:
             raise PlanError(f"{d.path}: the plan has seed {d.seed}, not {self.seed}")
         self._ids = d.rank_ids(epoch, self.rank, world_size=self.num_replicas)
-        return d.plan(epoch)
+        if d.kind != "uniform":
+            return d.plan(epoch)
+        return EpochPlan(
+            d.num_samples,
+            d.global_batch_size,
+            seed=d.seed,
+            epoch=epoch,
+            kind=_LAYOUT_KIND,
+            drop_last=d.drop_last,
+        )
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan (from step 0); for ``"uniform"`` built on each
+        access, with its N ids."""
+        return self.plan_dir.plan(self.epoch)
+
+    def state_dict_at_step(self, step: int) -> dict[str, Any]:
+        state = super().state_dict_at_step(step)
+        state["kind"] = self.kind  # the layout plan of a uniform plan says "identity"
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.kind == "uniform" and isinstance(state_dict, dict):
+            # Loaded into the layout plan: its kind is checked here instead.
+            if state_dict.get("kind") != "uniform":
+                raise ValueError(
+                    f"state_dict['kind'] is {state_dict.get('kind')!r} but this sampler has "
+                    "kind='uniform'"
+                )
+            state_dict = {**state_dict, "kind": _LAYOUT_KIND}
+        super().load_state_dict(state_dict)
 
     def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
         plan, r, w = self._plan, self.rank, self.num_replicas
