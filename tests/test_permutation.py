@@ -429,3 +429,10 @@ def test_split_rejects_bad_ranks_like_torch(world: int, rank: int) -> None:
 def test_split_rejects_world_size_zero() -> None:
     with pytest.raises(ValueError, match="world_size"):
         ep.split(10, 0, 0)
+
+
+@pytest.mark.parametrize("n", [2**63 - 1, 2**63 - 2, 2**62 + 5])
+def test_split_of_a_share_too_large_to_hold_is_an_error(n: int) -> None:
+    # numpy's arange gives an empty array near 2**63: never a silent empty share.
+    with pytest.raises(OverflowError, match="cannot allocate"):
+        ep.split(n, 1, 0)

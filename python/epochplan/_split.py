@@ -64,12 +64,17 @@ def _share(positions: range, world_size: int, rank: int, mode: str) -> npt.NDArr
         raise OverflowError("num_samples_or_array's values must fit int64, got a range beyond")
     start, stop, step = _native.split_range(length, world_size, rank, mode)
     share = positions[start:stop:step]
+    too_large = OverflowError(
+        f"cannot allocate {len(share)} int64 values for the rank's share of "
+        f"num_samples_or_array (of {len(positions)}): not enough memory"
+    )
     try:
-        return np.arange(share.start, share.stop, share.step, dtype=np.int64)
+        ids = np.arange(share.start, share.stop, share.step, dtype=np.int64)
     except (MemoryError, ValueError):
         # numpy's errors for an output the machine cannot hold (or address);
         # the library's error names the argument.
-        raise OverflowError(
-            f"cannot allocate {len(share)} int64 values for the rank's share of "
-            f"num_samples_or_array (of {len(positions)}): not enough memory"
-        ) from None
+        raise too_large from None
+    if len(ids) != len(share):
+        # numpy's length overflows near 2**63 and gives an empty array.
+        raise too_large
+    return ids
