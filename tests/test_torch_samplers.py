@@ -186,6 +186,16 @@ def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("WORLD_SIZE")
         with pytest.raises(ValueError, match="RANK is set but WORLD_SIZE is not"):
             et.resolve_rank()
+        # Each value is resolved on its own: with num_replicas given, RANK suffices.
+        assert et.resolve_rank(num_replicas=8) == (4, 8)
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        assert et.resolve_rank(num_replicas=8) == (4, 8)
+        monkeypatch.delenv("RANK")
+        assert et.resolve_rank(rank=2) == (2, 3)
+        with pytest.raises(ValueError, match="WORLD_SIZE is set but RANK is not"):
+            et.resolve_rank()
+        monkeypatch.setenv("RANK", "4")
+        monkeypatch.delenv("WORLD_SIZE")
         monkeypatch.setenv("WORLD_SIZE", "four")
         with pytest.raises(ValueError, match="WORLD_SIZE must be an int"):
             et.resolve_rank()

@@ -100,7 +100,7 @@ def resolve_rank(
 
     Each value not given explicitly comes from the first source that applies:
     ``torch.distributed`` if it is initialised; else the ``RANK`` and
-    ``WORLD_SIZE`` environment variables (both must be set); else ``rank_fn``
+    ``WORLD_SIZE`` environment variables (each needed one must be set); else ``rank_fn``
     or the provider of :func:`set_rank_provider`, which returns
     ``(rank, world_size)``.
 
@@ -121,7 +121,7 @@ def resolve_rank(
         rank = int_arg(rank, "rank")
     source = "arguments"
     if num_replicas is None or rank is None:
-        found = _implicit_rank(rank_fn)
+        found = _implicit_rank(rank_fn, need_rank=rank is None, need_world=num_replicas is None)
         if found is None:
             missing = " and ".join(
                 n for n, v in (("num_replicas", num_replicas), ("rank", rank)) if v is None
@@ -149,20 +149,26 @@ def resolve_rank(
     return rank, num_replicas
 
 
-def _implicit_rank(rank_fn: RankProvider | None) -> tuple[str, tuple[int, int]] | None:
+def _implicit_rank(
+    rank_fn: RankProvider | None, *, need_rank: bool, need_world: bool
+) -> tuple[str, tuple[int, int]] | None:
+    """The first source of the rank and world size that applies. From the
+    environment, only the variables of the values needed are read (a value
+    not needed comes back as 0)."""
     if dist.is_available() and dist.is_initialized():
         return "torch.distributed", (dist.get_rank(), dist.get_world_size())
-    has_rank, has_world = "RANK" in os.environ, "WORLD_SIZE" in os.environ
-    if has_rank != has_world:
-        present, absent = ("RANK", "WORLD_SIZE") if has_rank else ("WORLD_SIZE", "RANK")
-        raise ValueError(
-            f"the environment variable {present} is set but {absent} is not; set both "
-            "or pass num_replicas= and rank="
-        )
-    if has_rank:
-        return "the RANK and WORLD_SIZE environment variables", (
-            _env_int("RANK"),
-            _env_int("WORLD_SIZE"),
+    needed = [name for name, need in (("RANK", need_rank), ("WORLD_SIZE", need_world)) if need]
+    present = [name for name in ("RANK", "WORLD_SIZE") if name in os.environ]
+    if present:
+        absent = [name for name in needed if name not in present]
+        if absent:
+            raise ValueError(
+                f"the environment variable {present[0]} is set but {absent[0]} is not; set "
+                "both or pass num_replicas= and rank="
+            )
+        return f"the {' and '.join(needed)} environment variable{'s' * (len(needed) > 1)}", (
+            _env_int("RANK") if need_rank else 0,
+            _env_int("WORLD_SIZE") if need_world else 0,
         )
     fn = rank_fn if rank_fn is not None else _rank_provider
     if fn is None:
