@@ -234,7 +234,7 @@ def test_strided_state_dict_round_trip(cls: type[et.DistributedSampler]) -> None
     s = cls(range(n), w, r, seed=4)
     s.set_epoch(6)
     full = list(s)
-    assert s.state_dict() == {"epoch": 6, "seed": 4, "yielded": len(full)}
+    assert s.state_dict() == {"epoch": 6, "seed": 4, "yielded": len(full), "num_replicas": 3}
     for k in [0, 1, 1023, 1024, 1025, 3000, len(full)]:
         it = iter(s)
         head = list(itertools.islice(it, k))
@@ -250,6 +250,11 @@ def test_strided_state_dict_round_trip(cls: type[et.DistributedSampler]) -> None
         s.load_state_dict({"epoch": 0, "seed": 0, "yielded": len(full) + 1})
     with pytest.raises(ValueError, match="missing"):
         s.load_state_dict({"epoch": 0})
+    # A strided position is for the same world size only.
+    other = cls(range(n), w + 1, r)
+    with pytest.raises(ValueError, match=r"state_dict\['num_replicas'\] is 3 but this sampler"):
+        other.load_state_dict(s.state_dict())
+    assert other.state_dict()["yielded"] == 0  # unchanged
 
 
 @pytest.mark.parametrize("cls", [et.DistributedSampler, et.ExactDistributedSampler])
@@ -259,7 +264,7 @@ def test_strided_set_epoch_starts_the_new_epoch(cls: type[et.DistributedSampler]
     s = cls(range(10), 2, 0, seed=3)
     list(s)
     s.set_epoch(1)
-    assert s.state_dict() == {"epoch": 1, "seed": 3, "yielded": 0}
+    assert s.state_dict() == {"epoch": 1, "seed": 3, "yielded": 0, "num_replicas": 2}
     epoch1 = list(s)
     fresh = cls(range(10), 2, 0, seed=3)
     fresh.load_state_dict({"epoch": 0, "seed": 3, "yielded": 5})

@@ -339,9 +339,15 @@ class _StridedSampler(Sampler[int]):
         progress.live, progress.done = None, count
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"epoch", "seed", "yielded"}``: resumes this rank on the same world size."""
+        """``{"epoch", "seed", "yielded", "num_replicas"}``: resumes this rank on
+        the same world size."""
         yielded = self._resume if self._resume is not None else self._progress.yielded()
-        return {"epoch": self.epoch, "seed": self.seed, "yielded": yielded}
+        return {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "yielded": yielded,
+            "num_replicas": self.num_replicas,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`; the next iteration skips the yielded indices."""
@@ -350,6 +356,16 @@ class _StridedSampler(Sampler[int]):
         missing = {"epoch", "seed", "yielded"} - state_dict.keys()
         if missing:
             raise ValueError(f"state_dict is missing the keys {sorted(missing)}")
+        # A rank's strided position means nothing at another world size (optional:
+        # states saved without it load as before).
+        if "num_replicas" in state_dict:
+            saved = int_arg(state_dict["num_replicas"], "state_dict['num_replicas']")
+            if saved != self.num_replicas:
+                raise ValueError(
+                    f"state_dict['num_replicas'] is {saved} but this sampler has "
+                    f"num_replicas={self.num_replicas}: this state resumes on the same world "
+                    "size only (ElasticBatchSampler resumes on any)"
+                )
         yielded = int_arg(state_dict["yielded"], "state_dict['yielded']")
         if not 0 <= yielded <= self.num_samples:
             raise ValueError(
@@ -391,8 +407,9 @@ class DistributedSampler(_StridedSampler):
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
 
     ``state_dict()`` / ``load_state_dict()`` (torchdata's Stateful protocol)
-    save ``{"epoch", "seed", "yielded"}``; the next iteration after a load skips
-    the yielded indices (same world size).
+    save ``{"epoch", "seed", "yielded", "num_replicas"}``; the next iteration
+    after a load skips the yielded indices (same world size: another is a
+    ValueError).
 
     Example:
         >>> sampler = DistributedSampler(range(10), num_replicas=3, rank=1, shuffle=False)
