@@ -139,6 +139,15 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
         write_plan(other, 100, 10, 2, force=True)
     assert (other / "keep.txt").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notaplan", "p"]
+    # An empty directory made beforehand (mkdir out) is written into without force;
+    # a link to one is not.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert write_plan(empty, 100, 10, 2).world_size == 2
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    with pytest.raises(PlanError, match="already exists"):
+        write_plan(tmp_path / "link", 100, 10, 2)
 
 
 def test_force_keeps_a_plan_directory_holding_other_files(tmp_path: Path) -> None:

@@ -397,8 +397,8 @@ Check a plan directory completely: the manifest, every file's header, size and
 BLAKE3 checksum, equal steps (each rank file holds the plan's share of its
 rank), every id against the plan (recomputed; for kind uniform only when a
 dropped step needs the permutation) and exact coverage (every id of [0, N)
-exactly once per epoch; with --drop-last, exactly the full steps' ids, none
-of the dropped step's).
+exactly once per epoch; for a plan written with --drop-last, exactly the
+full steps' ids, none of the dropped step's).
 Streams through the files with a bitmap of N/8 bytes (kind uniform with a
 dropped step also builds the permutation, about 16 bytes per sample). Exit
 status 0 when everything holds; otherwise one line naming the file and its

@@ -242,13 +242,22 @@ def _files_bytes(counts: list[int], num_epochs: int, block: int = 1) -> int:
     return sum(-(-_native.npy_file_size(c) // block) * block for c in counts) * num_epochs
 
 
+def _is_empty_dir(path: Path) -> bool:
+    """A directory itself (not a link to one) with nothing in it."""
+    try:
+        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    except OSError:
+        return False
+
+
 def _prepare_output(
     out: Path, force: bool, params: dict[str, Any], world_size: int, num_epochs: int
 ) -> tuple[EpochPlan, list[int], int, Path]:
     """Checks that ``out`` may be written, the disk and, for kind='uniform',
     the memory. Returns a plan of the same sizes, each rank's id count, the
     bytes of all files and a fresh partial directory."""
-    if out.exists() or out.is_symlink():
+    # An empty directory holds nothing to lose: it is written into without force.
+    if (out.exists() or out.is_symlink()) and not _is_empty_dir(out):
         if not force:
             raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
         why = _why_not_replaceable(out)
@@ -274,7 +283,8 @@ def _prepare_output(
         if avail is not None and need > avail:
             raise PlanError(
                 f"kind='uniform' holds the whole permutation in memory: about "
-                f"{size_label(need)} needed, {size_label(avail)} available (use kind='cipher')"
+                f"{size_label(need)} needed, {size_label(avail)} available "
+                "(use kind='cipher', or --kind cipher)"
             )
     tmp = out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
@@ -305,7 +315,8 @@ def write_plan(
             preload_nchunks, drop_last: as for :class:`epochplan.EpochPlan`.
         world_size: the number of ranks (one file per rank and epoch).
         epochs: the epochs to write (distinct ints).
-        force: replace ``out`` if it is an existing plan directory or empty.
+        force: replace ``out`` if it is an existing plan directory (an empty
+            directory is written into without it).
         progress: called about ten times a second as
             ``progress(samples_written, samples_total)``; an exception raised
             by it (or a KeyboardInterrupt) stops the write and is re-raised.
