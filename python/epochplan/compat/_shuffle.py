@@ -53,8 +53,9 @@ def get_shuffle(
         num_canonical_nodes: Number of canonical nodes, in [1, 2**20]
             (ignored by ``"naive"``).
         seed: Base random seed of the run, in [0, 2**64 - 1].
-        epoch: The epoch, in [0, 2**64 - 1]; the epoch's generator is
-            seeded with ``seed + epoch``, as in Streaming.
+        epoch: The epoch, in [-(2**64 - 1), 2**64 - 1]; the epoch's generator
+            is seeded with ``seed + epoch``, as in Streaming (so it may be
+            negative when ``seed + epoch`` is not).
         block_size: Unit of shuffle of ``"py1br"`` and ``"py1e"`` (ignored by
             the others).
 

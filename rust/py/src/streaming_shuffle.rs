@@ -1,7 +1,7 @@
 //! Bindings of Streaming's shuffles (`get_shuffle`) and small private hooks
 //! (`_np_*`) that expose the numpy generator for tests.
 
-use crate::args::{asarray, int_arg, str_arg, MAX_I64, MAX_U64};
+use crate::args::{asarray, int_arg, int_value, str_arg, MAX_I64, MAX_U64};
 use crate::errors::{to_py_as_numpy, IntoPyResult};
 use epochplan_core::buffer::copy_of;
 use epochplan_core::streaming::numpy_rng::{Generator, SeedSequence};
@@ -83,7 +83,17 @@ fn streaming_get_shuffle<'py>(
         0
     };
     let seed = int_arg(seed, "seed", 0, MAX_U64)?;
-    let epoch = int_arg(epoch, "epoch", 0, MAX_U64)?;
+    // Negative as in Streaming, as long as seed + epoch is not (checked with it).
+    let bound = i128::from(MAX_U64);
+    let epoch = match int_value(epoch, "epoch")? {
+        Ok(v) if (-bound..=bound).contains(&v) => v,
+        got => {
+            return Err(PyValueError::new_err(format!(
+                "epoch must be an int in [-(2**64 - 1), 2**64 - 1], got {}",
+                got.map_or_else(|huge| huge, |v| v.to_string())
+            )))
+        }
+    };
     let block_size = if algo.uses_block_size() {
         int_arg(block_size, "block_size", 0, MAX_U64)?
     } else {

@@ -136,14 +136,21 @@ type Divided = (Vec<Span>, Vec<(usize, usize)>);
 /// `get_shuffle(algo, shard_sizes, num_canonical_nodes, seed, epoch,
 /// block_size)`. `num_canonical_nodes` is ignored by `naive` and
 /// `block_size` by every algorithm but `py1br` and `py1e`, as in Streaming.
+/// `epoch` may be negative, as in Streaming, when `seed + epoch` (numpy's
+/// seed of the epoch's generator) is not.
 pub fn get_shuffle(
     algo: Algo,
     shard_sizes: &[i64],
     num_canonical_nodes: u64,
     seed: u64,
-    epoch: u64,
+    epoch: i128,
     block_size: u64,
 ) -> Result<Shuffled> {
+    let epoch_seed = u128::try_from(i128::from(seed) + epoch).map_err(|_| {
+        Error::Value(format!(
+            "seed + epoch must be non-negative (the seed of numpy's generator), got {seed} + {epoch}"
+        ))
+    })?;
     let num_samples = total_samples(shard_sizes)?;
     if algo.uses_canonical_nodes() && !(1..=MAX_CANONICAL_NODES).contains(&num_canonical_nodes) {
         return Err(Error::Value(format!(
@@ -151,7 +158,6 @@ pub fn get_shuffle(
         )));
     }
     let run_seed = u128::from(seed);
-    let epoch_seed = u128::from(seed) + u128::from(epoch);
     let ncn = num_canonical_nodes;
     let (ids, block_smaller_than_shard) = match algo {
         Algo::Naive => {
@@ -1535,6 +1541,8 @@ mod tests {
         assert!(get_shuffle(Algo::Py1s, &[i64::MAX, 1], 1, 0, 0, 8).is_err());
         assert!(get_shuffle(Algo::Py1s, &[3], 0, 0, 0, 8).is_err());
         assert!(get_shuffle(Algo::Naive, &[3], 0, 0, 0, 8).is_ok());
+        assert!(get_shuffle(Algo::Naive, &[3], 0, 1, -1, 8).is_ok());
+        assert!(get_shuffle(Algo::Naive, &[3], 0, 1, -2, 8).is_err());
         assert!(get_shuffle(Algo::Py1e, &[3], 4, 0, 0, 8).is_err());
         assert!(get_shuffle(Algo::Py1e, &[3], 1, 0, 0, 0).is_err());
         assert!(get_shuffle(Algo::Py1br, &[3], 1, 0, 0, 1).is_err());
