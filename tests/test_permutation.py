@@ -436,3 +436,25 @@ def test_split_of_a_share_too_large_to_hold_is_an_error(n: int) -> None:
     # numpy's arange gives an empty array near 2**63: never a silent empty share.
     with pytest.raises(OverflowError, match="cannot allocate"):
         ep.split(n, 1, 0)
+
+
+@pytest.mark.parametrize(("chunk_size", "window"), [(64, 4), (1000, 3), (7, 13), (10, 2)])
+def test_chunked_windows_are_whole_chunks_at_the_largest_n(chunk_size: int, window: int) -> None:
+    # Beyond exhaustive checks: a window is a run of positions holding exactly
+    # the ids of its chunks, each once, which makes the order a bijection there.
+    # Its start is j * chunk_size * window, less the short chunk's deficit
+    # after the window holding it (see the README).
+    n = 2**63 - 1
+    p = ep.Permutation(n, seed=11, kind="chunked", chunk_size=chunk_size, preload_nchunks=window)
+    width = chunk_size * window
+    deficit = -n % chunk_size
+    rng = np.random.default_rng(0)
+    for j in [0, 1, *rng.integers(2, n // width - 1, size=30).tolist(), n // width - 1]:
+        whole = []
+        for start in {j * width, max(j * width - deficit, 0)}:
+            ids = p[start : start + width]
+            chunks = np.unique(ids // chunk_size)
+            ranges = [np.arange(c * chunk_size, min((c + 1) * chunk_size, n)) for c in chunks]
+            if len(chunks) <= window and np.array_equal(np.sort(ids), np.concatenate(ranges)):
+                whole.append(start)
+        assert whole, f"window {j}: no start gives whole chunks"

@@ -899,7 +899,10 @@ class ChunkSampler(ElasticBatchSampler):
     and the samples of each window of ``preload_nchunks`` consecutive chunks (in
     that order) are shuffled among themselves. Reading positions in order
     touches at most ``preload_nchunks`` chunks per window, so a loader can
-    preload one window and serve it from memory. Distributed, exact, elastic and
+    preload one window and serve it from memory. Windows are consecutive runs
+    of positions; when ``chunk_size`` does not divide N, the short last chunk
+    shortens its window, and later windows start ``chunk_size - N % chunk_size``
+    positions before the multiples of ``chunk_size * preload_nchunks``. Distributed, exact, elastic and
     resumable like :class:`ElasticBatchSampler` (same items, state and weights).
 
     ``batch_size`` is the global batch size (samples per step over all ranks),
