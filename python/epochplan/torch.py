@@ -902,8 +902,9 @@ class ChunkSampler(ElasticBatchSampler):
     preload one window and serve it from memory. Windows are consecutive runs
     of positions; when ``chunk_size`` does not divide N, the short last chunk
     shortens its window, and later windows start ``chunk_size - N % chunk_size``
-    positions before the multiples of ``chunk_size * preload_nchunks``. Distributed, exact, elastic and
-    resumable like :class:`ElasticBatchSampler` (same items, state and weights).
+    positions before the multiples of ``chunk_size * preload_nchunks``.
+    Distributed, exact, elastic and resumable like :class:`ElasticBatchSampler`
+    (same items, state and weights).
 
     ``batch_size`` is the global batch size (samples per step over all ranks),
     so the global batches do not depend on the world size; by default each rank
