@@ -655,6 +655,11 @@ def test_sigkill_mid_write_leaves_nothing_valid(tmp_path: Path) -> None:
     verify_plan(out)
 
 
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("sig", "code", "message"),
     [
@@ -676,9 +681,10 @@ def test_signal_mid_write_cleans_up(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp_path)},
-        # A test run started in the background (`pytest &`) ignores SIGINT,
-        # and so would the writer: it gets the default disposition back.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # A test run started in the background (`pytest &`) ignores SIGINT, and
+        # one under nohup SIGHUP, and so would the writer: it gets the default
+        # dispositions back.
+        preexec_fn=_default_signals,
     )
     if demo:
         deadline = time.monotonic() + 60
