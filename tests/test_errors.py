@@ -671,11 +671,14 @@ for name, call in calls.items():
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("call", ["take", "get_shuffle", "step_micro_batches"])
+@pytest.mark.parametrize(
+    "call", ["take", "get_shuffle", "step_micro_batches", "step_micro_batches_in_python"]
+)
 def test_out_of_memory_is_an_exception(call: str) -> None:
     # Under an address-space limit (as cluster schedulers set), copies of
     # inputs and the many micro-batches of a step fail with an exception;
-    # Rust's default on a failed allocation is to abort the process.
+    # Rust's default on a failed allocation is to abort the process, and
+    # numpy's array creation crashes when Python's memory runs out.
     script = f"""
 import resource, numpy as np, epochplan as ep
 from epochplan.compat import streaming
@@ -684,9 +687,11 @@ def limit(extra_mb):
         size = next(int(l.split()[1]) for l in f if l.startswith("VmSize:")) * 1024
     resource.setrlimit(resource.RLIMIT_AS, (size + (extra_mb << 20),) * 2)
 call = {call!r}
-if call == "step_micro_batches":
+if call.startswith("step_micro_batches"):
     plan = ep.EpochPlan(10**7, 10**7, kind="identity")
-    limit(800)  # the step's ids and its list fit, its 10**7 micro-batches do not
+    # 800 MB: the step's ids and its list fit, its 10**7 micro-batches do
+    # not. 2500 MB: they fit (1.2 GB), their Python objects (5 GB) do not.
+    limit(800 if call == "step_micro_batches" else 2500)
     f = lambda: plan.step_micro_batches(0, 0, 1, 1)
 else:
     a = np.zeros(5 * 10**7, dtype=np.int64)
@@ -710,5 +715,6 @@ except Exception as e:
         "take": "OverflowError cannot allocate positions",
         "get_shuffle": "MemoryError cannot allocate shard_sizes",
         "step_micro_batches": "OverflowError cannot allocate a micro-batch",
+        "step_micro_batches_in_python": "OverflowError cannot allocate the step's 10000000",
     }[call]
     assert res.stdout.startswith(want), res.stdout

@@ -65,12 +65,23 @@ pub fn copy_of<T: Clone>(items: &[T], what: &str) -> Result<Vec<T>> {
     Ok(copy)
 }
 
-/// `vec![value; count]`, or an error naming `what` when the machine cannot
-/// hold it (instead of an aborted process).
-pub fn filled<T: Clone>(value: T, count: usize, what: &str) -> Result<Vec<T>> {
-    let mut items = vec_with_capacity(count, what)?;
+/// `vec![value; count]`, or `None` when the machine cannot hold it. For
+/// callers that hold many allocations: they free those before building the
+/// error, whose message needs memory too.
+pub fn try_filled<T: Clone>(value: T, count: usize) -> Option<Vec<T>> {
+    let mut items = Vec::new();
+    items.try_reserve_exact(count).ok()?;
     items.resize(count, value);
-    Ok(items)
+    Some(items)
+}
+
+/// A copy of `items`, or `None` when the machine cannot hold it; see
+/// [`try_filled`].
+pub fn try_copy_of<T: Clone>(items: &[T]) -> Option<Vec<T>> {
+    let mut copy = Vec::new();
+    copy.try_reserve_exact(items.len()).ok()?;
+    copy.extend_from_slice(items);
+    Some(copy)
 }
 
 fn too_large(count: u64, what: &str) -> Error {

@@ -16,7 +16,7 @@
 //! A plan can start at a step boundary (`cursor`, in samples): the state to
 //! resume is `(format, N, seed, epoch, kind, G, cursor)`, independent of `W`.
 
-use crate::buffer::{copy_of, filled, vec_with_capacity, zeroed_ids};
+use crate::buffer::{try_copy_of, try_filled, vec_with_capacity, zeroed_ids};
 use crate::error::{Error, Result};
 use crate::order::{Kind, Order};
 use crate::parallel;
@@ -339,17 +339,27 @@ impl Plan {
         };
         let count = usize::try_from(share.micro_batches).unwrap_or(usize::MAX);
         let mut batches = vec_with_capacity(count, "the step's micro-batches")?;
-        let what = "a micro-batch";
         for m in 0..share.micro_batches {
             let (a, b) = share.micro_batch_range(m);
-            // Each micro-batch is allocated apart: fallibly, so that a step
-            // of millions of them is an error when memory runs out.
-            batches.push(if a == b {
-                (filled(filler, 1, what)?, filled(0.0, 1, what)?)
+            // Each micro-batch is allocated apart and fallibly, so that a
+            // step of millions of them is an error when memory runs out.
+            let batch = if a == b {
+                try_filled(filler, 1).zip(try_filled(0.0, 1))
             } else {
                 let real = &ids[a as usize..b as usize];
-                (copy_of(real, what)?, filled(weight, real.len(), what)?)
-            });
+                try_copy_of(real).zip(try_filled(weight, real.len()))
+            };
+            let Some(batch) = batch else {
+                // Free the step's micro-batches first: with them held, even
+                // the error's message may not fit.
+                drop(batches);
+                return Err(Error::Memory(format!(
+                    "cannot allocate a micro-batch of step {step}: not enough memory \
+                     for its {} micro-batches",
+                    share.micro_batches
+                )));
+            };
+            batches.push(batch);
         }
         Ok(batches)
     }

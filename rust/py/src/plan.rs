@@ -8,7 +8,7 @@ use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
 use epochplan_core::{Order, FORMAT_VERSION};
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -492,23 +492,45 @@ fn step_list<'py>(
     batch_list(py, batches)
 }
 
+/// Python memory a micro-batch may take: its tuple, its two arrays and
+/// their owners (about 0.5 KiB measured), doubled for margin.
+const PY_BYTES_PER_MICRO_BATCH: usize = 1 << 10;
+
 fn batch_list<'py>(
     py: Python<'py>,
     batches: Vec<(Vec<i64>, Vec<f64>)>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let items: Vec<Bound<'py, PyTuple>> = batches
-        .into_iter()
-        .map(|(ids, weights)| {
-            PyTuple::new(
-                py,
-                [
-                    ids.into_pyarray(py).into_any(),
-                    weights.into_pyarray(py).into_any(),
-                ],
-            )
-        })
-        .collect::<PyResult<_>>()?;
-    PyList::new(py, items)
+    // numpy and pyo3 do not check every allocation made while an array is
+    // created (a failed one crashes the process), so a step of very many
+    // micro-batches first checks that its Python objects fit: it reserves
+    // room for them and gives it back.
+    let count = batches.len();
+    let bytes = count.saturating_mul(PY_BYTES_PER_MICRO_BATCH);
+    let mut room = Vec::<u8>::new();
+    let fits = room.try_reserve_exact(bytes).is_ok();
+    std::hint::black_box(&room); // an unused allocation may be elided
+    drop(room);
+    if !fits {
+        drop(batches); // with them held, even the message may not fit
+        return Err(PyOverflowError::new_err(format!(
+            "cannot allocate the step's {count} micro-batches as Python objects \
+             (about {} MiB): not enough memory",
+            bytes >> 20
+        )));
+    }
+    // Appended one by one: the list grows fallibly, where collecting the
+    // tuples into a Vec first would abort on a failed allocation.
+    let list = PyList::empty(py);
+    for (ids, weights) in batches {
+        list.append(PyTuple::new(
+            py,
+            [
+                ids.into_pyarray(py).into_any(),
+                weights.into_pyarray(py).into_any(),
+            ],
+        )?)?;
+    }
+    Ok(list)
 }
 
 /// Iterates one rank's steps; each item is the step's list of
