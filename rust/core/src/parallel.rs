@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use rayon::prelude::*;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 struct PoolSlot {
     pid: u32,
@@ -31,8 +31,15 @@ fn default_threads() -> usize {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(available_cores)
         .min(MAX_THREADS)
+}
+
+/// The cores this process may use, read once: finding them reads the
+/// cgroup's CPU quota from files, which costs about 50 us a call.
+fn available_cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The number of threads parallel calls use.
