@@ -672,6 +672,70 @@ for name, call in calls.items():
 
 
 @pytest.mark.parametrize(
+    "call",
+    [
+        *["permutation", "uniform", "rank_indices", "partitions", "partition_part"],
+        *["naive", "py1s", "py2s", "py1br", "py1e", "py1e_one_block", "write_plan"],
+    ],
+)
+def test_no_memory_limit_crashes_a_call(call: str, tmp_path: Path) -> None:
+    # Under address-space limits from none to plenty above what the call
+    # needs, each call returns or raises; a small allocation failing after
+    # the output fitted (a thread's malloc arena, a sort bucket) would
+    # abort the process instead. Files are complete or absent.
+    script = f"""
+import os, resource, shutil
+from collections import Counter
+import numpy as np, epochplan as ep
+from epochplan import planfile
+from epochplan.compat import streaming
+shards = np.full(200, 10**4)  # 2 * 10**6 samples, a 16 MB output
+out = {str(tmp_path / "plan")!r}
+calls = {{
+    "permutation": lambda: ep.Permutation(2 * 10**6)[:],
+    "uniform": lambda: ep.permutation(2 * 10**6),
+    "rank_indices": lambda: ep.EpochPlan(4 * 10**6, 64).rank_indices(0, 2),
+    "partitions": lambda: streaming.get_partitions("orig", 2 * 10**6, 2, 2, 2, 2, 8),
+    "partition_part": lambda: streaming.get_partition_part(
+        "orig", 4 * 10**6, 2, 2, 2, 2, 8, node=0, rank=0
+    ),
+    "py1e_one_block": lambda: streaming.get_shuffle("py1e", shards, 1, 0, 0, 10**9),
+    "write_plan": lambda: planfile.write_plan(out, 2 * 10**6, 64, 2),
+}}
+algo = {call!r}
+call = calls.get(algo) or (lambda: streaming.get_shuffle(algo, shards, 2, 0, 0, 1 << 18))
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+outcomes = Counter()
+for extra_mb in range(0, 400, 5):
+    with open("/proc/self/status") as f:
+        size = next(int(l.split()[1]) for l in f if l.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (size + (extra_mb << 20), hard))
+    try:
+        call()
+        outcomes["returned"] += 1
+    except (MemoryError, OverflowError, RuntimeError) as e:
+        outcomes[type(e).__name__] += 1
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    if algo == "write_plan" and os.path.exists(out):
+        planfile.verify_plan(out)  # raises unless the plan is whole
+        shutil.rmtree(out)
+print(dict(outcomes))
+"""
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    outcomes = eval(res.stdout)
+    # The sweep spans the call's need: it failed under the tight limits and
+    # returned under the loose ones.
+    assert outcomes.get("returned", 0) > 0 and len(outcomes) > 1, outcomes
+
+
+@pytest.mark.parametrize(
     "call", ["take", "get_shuffle", "step_micro_batches", "step_micro_batches_in_python"]
 )
 def test_out_of_memory_is_an_exception(call: str) -> None:

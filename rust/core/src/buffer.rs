@@ -18,6 +18,10 @@ const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
 /// machine cannot hold it (instead of an aborted process).
 pub fn zeroed_ids(count: u64, what: &str) -> Result<Vec<i64>> {
     let ids = try_zeroed(checked_len(count, what)?).ok_or_else(|| too_large(count, what))?;
+    if !has_headroom(ids.len()) {
+        drop(ids);
+        return Err(too_large(count, what));
+    }
     advise_huge_pages(&ids);
     Ok(ids)
 }
@@ -40,6 +44,10 @@ pub fn ids_with_capacity(count: u64, what: &str) -> Result<Vec<i64>> {
     let mut ids = Vec::new();
     ids.try_reserve_exact(checked_len(count, what)?)
         .map_err(|_| too_large(count, what))?;
+    if !has_headroom(ids.capacity()) {
+        drop(ids);
+        return Err(too_large(count, what));
+    }
     advise_huge_pages(ids.spare_capacity_mut());
     Ok(ids)
 }
@@ -82,6 +90,73 @@ pub fn try_copy_of<T: Clone>(items: &[T]) -> Option<Vec<T>> {
     copy.try_reserve_exact(items.len()).ok()?;
     copy.extend_from_slice(items);
     Some(copy)
+}
+
+/// Address space to leave free after a large output, per thread of the pool
+/// and for the calling thread: glibc reserves 64 MiB for a thread's own
+/// malloc arena on its first allocation, and the rest of a call (sort
+/// buckets, swap partners, error messages) allocates within that.
+const HEADROOM_PER_THREAD: usize = 64 << 20;
+
+/// Outputs at least this large (in ids) check their headroom.
+const HEADROOM_MIN_IDS: usize = 1 << 17;
+
+/// Whether, beside an output of `len` ids just allocated, the rest of the
+/// call has room: [`HEADROOM_PER_THREAD`] for each thread of the pool and
+/// the caller's. Small outputs do not check (see [`has_room`]).
+fn has_headroom(len: usize) -> bool {
+    len < HEADROOM_MIN_IDS || has_room(0, parallel::num_threads() + 1)
+}
+
+/// Whether `bytes`, plus [`HEADROOM_PER_THREAD`] for each of `threads`
+/// threads, can be allocated now. The small allocations of a call are not
+/// checked one by one (a failed one aborts the process), so where they can
+/// fail, a call that would leave too little room for them is refused
+/// instead. Reserving untouched memory and giving it back costs two system
+/// calls (and more, with threads running), so it is done only where
+/// allocations can fail at all.
+pub fn has_room(bytes: usize, threads: usize) -> bool {
+    if !allocations_can_fail() {
+        return true;
+    }
+    let bytes = HEADROOM_PER_THREAD
+        .saturating_mul(threads)
+        .saturating_add(bytes);
+    let mut room = Vec::<u8>::new();
+    let fits = room.try_reserve_exact(bytes).is_ok();
+    std::hint::black_box(&room); // an unused allocation may be elided
+    fits
+}
+
+/// Whether an allocation can fail before the machine runs out of memory:
+/// under an address-space or data limit (`ulimit -v`, `ulimit -d`), or
+/// with the kernel's strict overcommit. Otherwise Linux grants any
+/// allocation that could ever fit and ends the process (the OOM killer)
+/// when memory does run out, which no check here can prevent.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn allocations_can_fail() -> bool {
+    static STRICT_OVERCOMMIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let limited = |resource| {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one `rlimit` into the valid `limit`.
+        let ok = unsafe { libc::getrlimit(resource, &mut limit) } == 0;
+        !ok || limit.rlim_cur != libc::RLIM_INFINITY
+    };
+    limited(libc::RLIMIT_AS)
+        || limited(libc::RLIMIT_DATA)
+        || *STRICT_OVERCOMMIT.get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/vm/overcommit_memory")
+                .is_ok_and(|mode| mode.trim() == "2")
+        })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allocations_can_fail() -> bool {
+    true
 }
 
 fn too_large(count: u64, what: &str) -> Error {

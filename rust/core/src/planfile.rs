@@ -250,6 +250,15 @@ fn with_progress<T: Send>(
     progress: &mut dyn FnMut(u64) -> bool,
     work: impl FnOnce() -> Result<T> + Send,
 ) -> Result<T> {
+    // Room for the chunk buffers (the writer's, or one per verifying thread)
+    // and for this thread, the work's, the writer's and the pool's.
+    let threads = parallel::num_threads();
+    let buffers = (BUFFERS + 1 + threads) * CHUNK_IDS * std::mem::size_of::<i64>();
+    if !crate::buffer::has_room(buffers, threads + 3) {
+        return Err(Error::Memory(
+            "not enough memory for the plan files' buffers and threads".into(),
+        ));
+    }
     std::thread::scope(|s| {
         // The result comes through a channel: waiting on it returns as soon
         // as the work ends (a park woken before the thread counts as

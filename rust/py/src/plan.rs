@@ -503,14 +503,11 @@ fn batch_list<'py>(
     // numpy and pyo3 do not check every allocation made while an array is
     // created (a failed one crashes the process), so a step of very many
     // micro-batches first checks that its Python objects fit: it reserves
-    // room for them and gives it back.
+    // room for them and gives it back. That costs two system calls, more
+    // than a step of a few micro-batches takes, so only large steps check.
     let count = batches.len();
     let bytes = count.saturating_mul(PY_BYTES_PER_MICRO_BATCH);
-    let mut room = Vec::<u8>::new();
-    let fits = room.try_reserve_exact(bytes).is_ok();
-    std::hint::black_box(&room); // an unused allocation may be elided
-    drop(room);
-    if !fits {
+    if bytes >= 4 << 20 && !epochplan_core::buffer::has_room(bytes, 1) {
         drop(batches); // with them held, even the message may not fit
         return Err(PyOverflowError::new_err(format!(
             "cannot allocate the step's {count} micro-batches as Python objects \

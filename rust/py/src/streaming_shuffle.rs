@@ -207,6 +207,6 @@ fn _np_sort_by_keys<'py>(
         ));
     }
     let mut out = samples;
-    shuffle::sort_by_keys(&keys, &mut out);
+    shuffle::sort_by_keys(&keys, &mut out).map_err(to_py_as_numpy)?;
     Ok(out.into_pyarray(py))
 }

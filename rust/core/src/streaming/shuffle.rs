@@ -624,11 +624,13 @@ impl Py1eBlocks {
                 }
                 j = stop;
                 scratch.flush_below(j as f64 - reach, out);
+                scratch.check_memory()?;
             }
             *rng = g;
             offset += size;
         }
         scratch.finish(out);
+        scratch.check_memory()?;
         Ok(small)
     }
 }
@@ -797,7 +799,13 @@ impl Py1eBlocks {
     /// Sorts a planned node into `out`, its segments in parallel: each
     /// segment's size is counted first, so each writes its own part of
     /// `out`.
-    fn sort_segments(&self, plan: &Segments, node: &[Span], out: &mut [i64], pool: &ScratchPool) {
+    fn sort_segments(
+        &self,
+        plan: &Segments,
+        node: &[Span],
+        out: &mut [i64],
+        pool: &ScratchPool,
+    ) -> Result<()> {
         let cuts: Vec<f64> = (1..plan.count).map(|k| plan.range(k).0).collect();
         let below: Vec<usize> = cuts
             .par_iter()
@@ -812,11 +820,12 @@ impl Py1eBlocks {
             rest = tail;
             start = end;
         }
-        parts.into_par_iter().enumerate().for_each(|(k, part)| {
+        parts.into_par_iter().enumerate().try_for_each(|(k, part)| {
             let mut scratch = lock(pool).pop().unwrap_or_default();
-            self.sort_segment(plan, k, node, part, &mut scratch);
+            let sorted = self.sort_segment(plan, k, node, part, &mut scratch);
             lock(pool).push(scratch);
-        });
+            sorted
+        })
     }
 
     /// Segment `k` of a planned node, sorted into `out`: the pieces that can
@@ -829,7 +838,7 @@ impl Py1eBlocks {
         node: &[Span],
         out: &mut [i64],
         scratch: &mut SortScratch,
-    ) {
+    ) -> Result<()> {
         let (from, to) = plan.range(k);
         let first = plan.start(k);
         let width = plan.start(k + 1) - first;
@@ -872,9 +881,11 @@ impl Py1eBlocks {
                     }
                 }
                 scratch.flush_below(p as f64 - reach - base, out);
+                scratch.check_memory()?;
             }
         }
         scratch.finish(out);
+        scratch.check_memory()
     }
 }
 
@@ -970,7 +981,7 @@ fn py1e(
         |rng, (node, out), work| {
             let smaller = match work {
                 Some(NodeWork::Segments(plan)) => {
-                    blocks.sort_segments(&plan, node, out, &pool);
+                    blocks.sort_segments(&plan, node, out, &pool)?;
                     false
                 }
                 Some(NodeWork::Partners(partners, shuffled)) => {
@@ -1081,8 +1092,8 @@ const SUB_BUCKETS: usize = 4;
 
 /// Reorders `values` by `keys` (same length); equal keys keep their
 /// order. Keys are finite. See [`SortScratch::sort`].
-pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) {
-    SortScratch::default().sort(keys, values);
+pub fn sort_by_keys(keys: &[f64], values: &mut [i64]) -> Result<()> {
+    SortScratch::default().sort(keys, values)
 }
 
 /// The buffers of the `py1e` sort, reusable from one node to the next.
@@ -1111,6 +1122,11 @@ pub struct SortScratch {
     fine: Vec<(f64, i64)>,
     sub_of: Vec<u32>,
     next: Vec<u32>,
+    /// Set when a bucket could not grow: the sort is then incomplete, and
+    /// [`SortScratch::check_memory`] says so. (Checked once per stride rather
+    /// than on every push, which stays cheap; a block size near the node's
+    /// length keeps the whole node in the buckets.)
+    out_of_memory: bool,
 }
 
 impl SortScratch {
@@ -1120,19 +1136,23 @@ impl SortScratch {
         self.width = width;
         self.done = 0;
         self.at = 0;
+        self.out_of_memory = false;
         let count = if width == 0 {
             0
         } else {
             ((width - 1) >> FINE_BITS) + 1
         };
         // Buckets left by an unfinished sort go back to the spares.
-        for bucket in &mut self.coarse {
-            if bucket.capacity() > 0 {
-                bucket.clear();
-                self.spare.push(std::mem::take(bucket));
-            }
+        let mut coarse = std::mem::take(&mut self.coarse);
+        for bucket in coarse.drain(..) {
+            self.recycle(bucket);
         }
-        self.coarse.clear();
+        self.coarse = coarse;
+        if self.coarse.try_reserve(count).is_err() {
+            self.out_of_memory = true;
+            self.width = 0; // nothing is pushed
+            return;
+        }
         self.coarse.resize_with(count, Vec::new);
     }
 
@@ -1160,7 +1180,23 @@ impl SortScratch {
         if bucket.capacity() == 0 {
             *bucket = self.spare.pop().unwrap_or_default();
         }
+        if bucket.len() == bucket.capacity() && bucket.try_reserve(1).is_err() {
+            self.out_of_memory = true;
+            return;
+        }
         bucket.push((key, value));
+    }
+
+    /// An error if a bucket could not grow since [`SortScratch::begin`], with
+    /// the buckets' memory given back first (the message needs some too).
+    pub fn check_memory(&mut self) -> Result<()> {
+        if !self.out_of_memory {
+            return Ok(());
+        }
+        *self = SortScratch::default();
+        Err(Error::Memory(
+            "cannot allocate py1e's sort buckets: not enough memory".to_string(),
+        ))
     }
 
     /// Writes out, in order, every coarse bucket whose keys all lie below
@@ -1215,6 +1251,14 @@ impl SortScratch {
             self.recycle(bucket);
             return;
         }
+        let grow = |len: usize| n.saturating_sub(len);
+        if self.fine.try_reserve(grow(self.fine.len())).is_err()
+            || self.sub_of.try_reserve(grow(self.sub_of.len())).is_err()
+        {
+            self.out_of_memory = true;
+            self.recycle(bucket);
+            return;
+        }
         if self.fine.len() < n {
             self.fine.resize(n, (0.0, 0));
         }
@@ -1264,20 +1308,22 @@ impl SortScratch {
 
     /// Keeps an emptied bucket's memory for the next bucket to fill.
     fn recycle(&mut self, mut bucket: Vec<(f64, i64)>) {
-        if bucket.capacity() > 0 {
+        // Dropped, and its memory freed, when the spares cannot grow.
+        if bucket.capacity() > 0 && self.spare.try_reserve(1).is_ok() {
             bucket.clear();
             self.spare.push(bucket);
         }
     }
 
     /// Reorders `values` by `keys` (same length); equal keys keep their order.
-    pub fn sort(&mut self, keys: &[f64], values: &mut [i64]) {
+    pub fn sort(&mut self, keys: &[f64], values: &mut [i64]) -> Result<()> {
         let n = keys.len().min(values.len());
         self.begin(n);
         for (&k, &v) in keys[..n].iter().zip(&values[..n]) {
             self.push(k, v);
         }
         self.finish(&mut values[..n]);
+        self.check_memory()
     }
 }
 
@@ -1509,14 +1555,14 @@ mod tests {
     fn sort_by_keys_is_stable_on_ties() {
         let keys = [2.5, 0.25, 2.5, 0.25, 1.0, 2.5, 0.0];
         let mut out = [10, 11, 12, 13, 14, 15, 16];
-        sort_by_keys(&keys, &mut out);
+        sort_by_keys(&keys, &mut out).unwrap();
         assert_eq!(out, [16, 11, 13, 14, 10, 12, 15]);
         // -0.0 and 0.0 are equal keys, also in a crowded sub-bucket.
         let keys: Vec<f64> = (0..40)
             .map(|i| if i % 2 == 0 { 0.0 } else { -0.0 })
             .collect();
         let mut out: Vec<i64> = (0..40).collect();
-        sort_by_keys(&keys, &mut out);
+        sort_by_keys(&keys, &mut out).unwrap();
         assert_eq!(out, (0..40).collect::<Vec<i64>>());
         // Many coarse buckets, keys out of range, big tie groups: compare
         // with a stable comparison sort.
@@ -1530,7 +1576,7 @@ mod tests {
             order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
             let expect: Vec<i64> = order.iter().map(|&i| samples[i]).collect();
             let mut out = samples.clone();
-            sort_by_keys(&keys, &mut out);
+            sort_by_keys(&keys, &mut out).unwrap();
             assert_eq!(out, expect, "n {n}");
         }
     }
