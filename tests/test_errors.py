@@ -722,11 +722,11 @@ for extra_mb in range(0, 400, 5):
         shutil.rmtree(out)
 print(dict(outcomes))
 """
+    # Two threads on any machine: the room a call needs grows with the
+    # threads, and the sweep must reach it.
+    env = {**os.environ, "EPOCHPLAN_NUM_THREADS": "2"}
     res = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
     )
     assert res.returncode == 0, res.stderr[-2000:]
     outcomes = eval(res.stdout)
