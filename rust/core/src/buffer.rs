@@ -57,20 +57,22 @@ pub fn ids_with_capacity(count: u64, what: &str) -> Result<Vec<i64>> {
 /// process).
 pub fn vec_with_capacity<T>(count: usize, what: &str) -> Result<Vec<T>> {
     let mut items = Vec::new();
-    items.try_reserve_exact(count).map_err(|_| {
-        Error::Memory(format!(
-            "cannot allocate {what} ({count} items): not enough memory"
-        ))
-    })?;
+    items
+        .try_reserve_exact(count)
+        .map_err(|_| no_room_for(what, count))?;
     Ok(items)
+}
+
+fn no_room_for(what: &str, count: usize) -> Error {
+    Error::Memory(format!(
+        "cannot allocate {what} ({count} items): not enough memory"
+    ))
 }
 
 /// A copy of `items`, or an error naming `what` when the machine cannot
 /// hold it (instead of an aborted process).
 pub fn copy_of<T: Clone>(items: &[T], what: &str) -> Result<Vec<T>> {
-    let mut copy = vec_with_capacity(items.len(), what)?;
-    copy.extend_from_slice(items);
-    Ok(copy)
+    try_copy_of(items).ok_or_else(|| no_room_for(what, items.len()))
 }
 
 /// `vec![value; count]`, or `None` when the machine cannot hold it. For
