@@ -143,19 +143,20 @@ def test_grid(algo: str, pattern: str) -> None:
                 _assert_matches(algo, sizes, ncn, seed, epoch, block)
 
 
-def test_property() -> None:
+@pytest.mark.parametrize("algo", ALGOS)
+def test_property(algo: str) -> None:
     # Random shard sizes (a few empty), node counts, seeds, epochs and block
     # sizes (a few invalid); every algorithm must be compared on enough
-    # non-empty outputs, not only on errors and empty arrays.
+    # non-empty outputs, not only on errors and empty arrays. One run per
+    # algorithm: drawn from one run, an algorithm got as few as 5 examples.
     compared: Counter[str] = Counter()
 
     @settings(
-        max_examples=250,
+        max_examples=80,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(
-        algo=st.sampled_from(ALGOS),
         sizes=st.one_of(
             st.lists(st.integers(0, 30), min_size=1, max_size=60),
             st.lists(st.integers(1, 3000), min_size=1, max_size=12),
@@ -166,12 +167,12 @@ def test_property() -> None:
         epoch=st.integers(-5, 50),
         block=st.one_of(st.integers(1, 400), st.sampled_from([0, 1, 2, 3, 4, 2**18, 2**30])),
     )
-    def compare(algo: str, sizes: list[int], ncn: int, seed: int, epoch: int, block: int) -> None:
+    def compare(sizes: list[int], ncn: int, seed: int, epoch: int, block: int) -> None:
         if _assert_matches(algo, np.array(sizes, dtype=np.int64), ncn, seed, epoch, block):
             compared[algo] += 1
 
     compare()
-    assert all(compared[algo] >= 10 for algo in ALGOS), compared
+    assert compared[algo] >= 10, compared
 
 
 @pytest.mark.parametrize("algo", ALGOS)
