@@ -146,8 +146,15 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
     assert write_plan(empty, 100, 10, 2).world_size == 2
     (tmp_path / "target").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "target")
-    with pytest.raises(PlanError, match="already exists"):
+    with pytest.raises(PlanError, match="not a plan directory; refusing"):
         write_plan(tmp_path / "link", 100, 10, 2)
+    # Force is offered only where it would replace: for a plan directory.
+    (tmp_path / "file").write_text("precious")
+    with pytest.raises(PlanError, match="not a plan directory; refusing") as error:
+        write_plan(tmp_path / "file", 100, 10, 2)
+    assert "force" not in str(error.value)
+    with pytest.raises(PlanError, match=r"already exists \(use force=True"):
+        write_plan(out, 100, 10, 2)
 
 
 def test_force_keeps_a_plan_directory_holding_other_files(tmp_path: Path) -> None:
@@ -184,8 +191,9 @@ def test_what_appears_during_a_write_is_kept(tmp_path: Path) -> None:
             out.mkdir()
             (out / "notes.txt").write_text("precious")
 
-    with pytest.raises(PlanError, match="appeared while the plan was written"):
+    with pytest.raises(PlanError, match="appeared while the plan was written") as error:
         write_plan(out, 10_000, 64, 4, epochs=range(2), progress=make_out)
+    assert "force" not in str(error.value)  # force would not replace it either
     assert (out / "notes.txt").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
     # With force, what appeared is checked again before it is replaced.

@@ -258,11 +258,12 @@ def _prepare_output(
     bytes of all files and a fresh partial directory."""
     # An empty directory holds nothing to lose: it is written into without force.
     if (out.exists() or out.is_symlink()) and not _is_empty_dir(out):
-        if not force:
-            raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
+        # Only a plan directory may be replaced, so force is offered for it alone.
         why = _why_not_replaceable(out)
         if why is not None:
             raise PlanError(f"{out} exists and {why}; refusing to replace it")
+        if not force:
+            raise PlanError(f"{out} already exists (use force=True, or --force, to replace it)")
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out)
 
@@ -488,9 +489,12 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
                 raise
+            hint = ""
+            if _why_not_replaceable(out) is None:
+                hint = " (use force=True, or --force, to replace it)"
             raise PlanError(
                 f"{out} appeared while the plan was written ({e.strerror or e}); "
-                "not replacing it (use force=True, or --force, to replace it)"
+                f"not replacing it{hint}"
             ) from None
         _fsync_dir(out.parent)
         return
