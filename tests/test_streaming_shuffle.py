@@ -261,7 +261,7 @@ def test_tie_rule_is_stable_order() -> None:
 
 def test_bad_inputs() -> None:
     sizes = np.array([3, 4], dtype=np.int64)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r'algo must be one of .*"py1e".*, got .*py3s'):
         get_shuffle("py3s", sizes, 1, 0, 0)
     with pytest.raises(TypeError, match="algo must be a str, got list"):
         get_shuffle(["py1e"], sizes, 1, 0, 0)  # type: ignore[arg-type]
