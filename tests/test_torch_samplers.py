@@ -829,7 +829,11 @@ def test_reprs() -> None:
         "ExactDistributedSampler(dataset_len=5, num_replicas=2"
     )
     assert "PlanSampler" in et.__all__
-    assert "kind='chunked'" in repr(et.ChunkSampler(9, 3, 1, 3, num_replicas=1, rank=0))
+    # ChunkSampler's own arguments: batch_size, not global_batch_size.
+    assert repr(et.ChunkSampler(9, 3, 1, 4, num_replicas=2, rank=1, seed=5)) == (
+        "ChunkSampler(num_samples=9, chunk_size=3, preload_nchunks=1, batch_size=4, "
+        "num_replicas=2, rank=1, seed=5, drop_last=False, micro_batch_size=2, epoch=0)"
+    )
 
 
 def test_numpy_and_tensor_epochs() -> None:

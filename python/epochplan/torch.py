@@ -953,6 +953,15 @@ class ChunkSampler(ElasticBatchSampler):
         )
         self.batch_size = batch_size
 
+    def __repr__(self) -> str:
+        return (
+            f"ChunkSampler(num_samples={self.num_samples}, chunk_size={self.chunk_size}, "
+            f"preload_nchunks={self.preload_nchunks}, batch_size={self.batch_size}, "
+            f"num_replicas={self.num_replicas}, rank={self.rank}, seed={self.seed}, "
+            f"drop_last={self.drop_last}, micro_batch_size={self.micro_batch_size}, "
+            f"epoch={self.epoch})"
+        )
+
 
 def __getattr__(name: str) -> Any:
     # PlanSampler subclasses ElasticBatchSampler, so its module imports this
