@@ -270,7 +270,7 @@ def _add_plan(sub: Any) -> None:
         type=positive,
         default=None,
         metavar="P",
-        help="chunks per shuffle window (kind chunked)",
+        help="chunks per shuffle window (kind chunked; default 1)",
     )
     p.add_argument("--drop-last", action="store_true", help="drop the short last step")
     p.add_argument(

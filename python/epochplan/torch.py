@@ -624,8 +624,8 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     """Equal-step, weighted micro-batches of an :class:`~epochplan.EpochPlan`.
 
     For ``DataLoader(batch_sampler=...)``. Step ``t`` holds positions
-    ``[t*G, (t+1)*G)`` of the epoch's order (``G = global_batch_size``), whatever
-    the world size; rank ``r`` gets the step's positions ``r, r + W, ...``, cut
+    ``[t*G, min((t+1)*G, N))`` of the epoch's order (``G = global_batch_size``),
+    whatever the world size; rank ``r`` gets the step's positions ``r, r + W, ...``, cut
     into the same number of micro-batches (at most ``micro_batch_size`` each) on
     every rank, with zero-weight fillers where a rank runs short: DDP never hangs
     and needs no ``Join``. Every sample has a non-zero weight exactly once an
@@ -683,7 +683,8 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             ``"identity"``.
         drop_last: drop the short last step.
         chunk_size: samples per chunk (``kind="chunked"``).
-        preload_nchunks: chunks per shuffle window (``kind="chunked"``).
+        preload_nchunks: chunks per shuffle window (``kind="chunked"``; 1 when not
+            given).
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
 
     Example:
@@ -828,8 +829,9 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores a state saved on any world size: the next iteration starts at
-        its step. The sample count, global batch size, kind and drop_last must
-        match this sampler's; the seed and epoch are taken from the state."""
+        its step. The sample count, global batch size, kind, chunk_size,
+        preload_nchunks and drop_last must match this sampler's; the seed and
+        epoch are taken from the state."""
         try:
             saved = EpochPlan.from_state_dict(state_dict)
         except (TypeError, ValueError, OverflowError) as e:

@@ -78,13 +78,14 @@ pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
 ///         ``preload_nchunks`` chunks) or "identity".
 ///     chunk_size: samples per chunk (kind="chunked" only).
 ///     preload_nchunks: consecutive chunks shuffled together (kind="chunked"
-///         only).
+///         only; 1 when not given).
 ///
 /// Raises:
 ///     TypeError: an argument of the wrong type (None too, for seed, epoch
 ///         and kind).
-///     ValueError: a value outside its range, an unknown kind, or chunk
-///         parameters missing for kind="chunked" or given to another kind.
+///     ValueError: a value outside its range, an unknown kind, chunk_size
+///         missing for kind="chunked", or chunk parameters given to another
+///         kind.
 ///     OverflowError: kind="uniform" with more ids than memory can hold.
 ///
 /// Example:

@@ -47,9 +47,11 @@ const STATE_KEYS: [&str; 10] = [
 ///     seed, epoch, kind, chunk_size, preload_nchunks: the order, as for
 ///         :class:`Permutation`.
 ///     drop_last: drop a short last step.
-///     cursor: samples of the epoch already consumed, at a step boundary (a
-///         multiple of G, or N): the plan starts at the next step. Resuming
-///         at any world size covers the rest of the epoch exactly once.
+///     cursor: samples of the epoch already consumed, at a step boundary: a
+///         multiple of G, or the end of the epoch (N, or with drop_last the
+///         end of the last full step). The plan starts at the next step.
+///         Resuming at any world size covers the rest of the epoch exactly
+///         once.
 ///
 /// Raises:
 ///     TypeError: an argument of the wrong type (None too, for seed, epoch,
@@ -182,7 +184,8 @@ impl EpochPlan {
         self.plan.num_steps()
     }
 
-    /// The first step this plan yields (cursor // global_batch_size).
+    /// The first step this plan yields: cursor // global_batch_size, or
+    /// num_steps once the cursor is at the end of the epoch.
     #[getter]
     fn start_step(&self) -> u64 {
         self.plan.start_step()
