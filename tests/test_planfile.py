@@ -826,14 +826,38 @@ def test_plan_sampler_matches_elastic_batch_sampler(
                 assert (x.step, x.step_end) == (y.step, y.step_end)
 
 
-def test_plan_sampler_steps_are_views_of_the_file(tmp_path: Path) -> None:
+def test_plan_sampler_reads_steps_from_the_file(tmp_path: Path) -> None:
     pt = pytest.importorskip("epochplan.torch")
     d = write_plan(tmp_path / "p", 1000, 64, 3)
     s = pt.PlanSampler(d.path, micro_batch_size=8, rank=1, num_replicas=3)
-    ids = s._step_ids(2)
-    assert isinstance(ids.base, np.memmap) or isinstance(ids, np.memmap)
-    assert not ids.flags.writeable
-    np.testing.assert_array_equal(ids, s.plan.step_indices(2, 1, 3))
+    for step in (0, 2, s.plan.num_steps - 1):
+        ids = s._step_ids(step)
+        assert not ids.flags.writeable
+        np.testing.assert_array_equal(ids, s.plan.step_indices(step, 1, 3))
+
+
+@pytest.mark.parametrize("keep", [200, 4096])
+def test_plan_sampler_on_a_file_cut_short_raises(tmp_path: Path, keep: int) -> None:
+    # A rank file truncated in place after the sampler checked it (a copy over
+    # it, say): a memory map would kill the process with SIGBUS past the last
+    # page, or read zeros within it. Run in a subprocess so a crash shows.
+    pytest.importorskip("epochplan.torch")
+    d = write_plan(tmp_path / "p", 20_000, 100, 1)
+    code = f"""
+import os
+from epochplan.planfile import PlanError
+from epochplan.torch import PlanSampler
+s = PlanSampler({str(d.path)!r}, micro_batch_size=10, num_replicas=1, rank=0)
+os.truncate({str(rank_file(d.path, 0, 0))!r}, {keep})
+try:
+    for batch in s:
+        pass
+except PlanError as e:
+    print("PlanError", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("PlanError") and "cut short after it was checked" in out.stdout
 
 
 def test_plan_sampler_resumes_like_elastic_batch_sampler(tmp_path: Path) -> None:

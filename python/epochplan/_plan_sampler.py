@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan._native import EpochPlan
-from epochplan.planfile import PlanDirectory, PlanError, open_plan
+from epochplan.planfile import PlanDirectory, PlanError, _RankFile, open_plan
 from epochplan.torch import ElasticBatchSampler, RankProvider
 
 # The kind of the plan a sampler of a uniform plan directory builds for its
@@ -25,8 +25,9 @@ class PlanSampler(ElasticBatchSampler):
     The same items, weights, step boundaries and ``state_dict`` /
     ``load_state_dict`` as :class:`~epochplan.torch.ElasticBatchSampler` for the
     plan's parameters, but each rank's ids come from its file of the epoch,
-    memory-mapped read-only (checked once per epoch: header, size, checksum)
-    and sliced per step without a copy. The world size must be the one the
+    checked once per epoch (header, size, checksum) and read a step at a time
+    (not memory-mapped: a file cut short after the check raises
+    :class:`PlanError` rather than killing the process). The world size must be the one the
     plan was written for, and every epoch used must be in the plan; otherwise,
     and for a missing, truncated or altered file, :class:`PlanError` is raised.
 
@@ -63,7 +64,7 @@ class PlanSampler(ElasticBatchSampler):
     ) -> None:
         d = plan_dir if isinstance(plan_dir, PlanDirectory) else open_plan(plan_dir)
         self.plan_dir = d
-        self._ids: npt.NDArray[np.int64] | None = None
+        self._file: _RankFile | None = None
         self._first_epoch = d.epochs[0] if epoch is None else epoch
         d._epoch_index(self._first_epoch)
         super().__init__(
@@ -83,11 +84,11 @@ class PlanSampler(ElasticBatchSampler):
 
     def _build_plan(self, epoch: int) -> EpochPlan:
         d = self.plan_dir
-        if self._ids is None:  # called by the base class's constructor
+        if self._file is None:  # called by the base class's constructor
             epoch = self._first_epoch
         if self.seed != d.seed:
             raise PlanError(f"{d.path}: the plan has seed {d.seed}, not {self.seed}")
-        self._ids = d.rank_ids(epoch, self.rank, world_size=self.num_replicas)
+        self._open_file(epoch)
         if d.kind != "uniform":
             return d.plan(epoch)
         return EpochPlan(
@@ -121,14 +122,19 @@ class PlanSampler(ElasticBatchSampler):
             state_dict = {**state_dict, "kind": _LAYOUT_KIND}
         super().load_state_dict(state_dict)
 
+    def _open_file(self, epoch: int) -> None:
+        path, entry = self.plan_dir._checked_file(epoch, self.rank, self.num_replicas)
+        opened = _RankFile(path, entry)
+        if self._file is not None:
+            self._file.close()
+        self._file = opened
+
     def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
         plan, r, w = self._plan, self.rank, self.num_replicas
-        ids = self._ids
-        if ids is None:  # pragma: no cover - set by the constructor
+        if self._file is None:  # pragma: no cover - set by the constructor
             raise PlanError(f"{self.plan_dir.path}: no epoch loaded")
         start = plan.rank_step_offset(step, r, w)
-        result: npt.NDArray[np.int64] = ids[start : plan.rank_step_offset(step + 1, r, w)]
-        return result
+        return self._file.read(start, plan.rank_step_offset(step + 1, r, w))
 
     def __repr__(self) -> str:
         return (
@@ -137,11 +143,12 @@ class PlanSampler(ElasticBatchSampler):
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        # Memory maps are not pickled: the ids are mapped again when unpickled.
+        # Open files are not pickled: the file is checked and opened again
+        # when unpickled.
         state = self.__dict__.copy()
-        state["_ids"] = None
+        state["_file"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._ids = self.plan_dir.rank_ids(self.epoch, self.rank, world_size=self.num_replicas)
+        self._open_file(self.epoch)

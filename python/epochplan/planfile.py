@@ -677,19 +677,35 @@ class PlanDirectory:
         entry: dict[str, Any] = self.manifest["files"][index]
         return entry
 
-    def rank_ids(
-        self, epoch: int, rank: int, *, world_size: int | None = None
-    ) -> npt.NDArray[np.int64]:
-        """Rank ``rank``'s sample ids of ``epoch``: a read-only memory map of
-        its file, after checking the file's header, size and checksum (which
-        reads the file once). ``world_size``, when given, must match the plan.
-        """
+    def _checked_file(
+        self, epoch: int, rank: int, world_size: int | None
+    ) -> tuple[Path, dict[str, Any]]:
+        """A rank file's path and manifest entry, after checking the file's
+        header, size and checksum (which reads the file once)."""
         if world_size is not None:
             self.check_world_size(world_size)
         entry = self.file_entry(epoch, rank)
         path = self.path / entry["path"]
         try:
             _native.check_plan_file(str(path), entry["count"], entry["bytes"], entry["blake3"])
+        except (ValueError, OSError) as e:
+            raise PlanError(str(e)) from None
+        return path, entry
+
+    def rank_ids(
+        self, epoch: int, rank: int, *, world_size: int | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Rank ``rank``'s sample ids of ``epoch``: a read-only memory map of
+        its file, after checking the file's header, size and checksum (which
+        reads the file once). ``world_size``, when given, must match the plan.
+
+        As with any memory map, the file must not be cut short while the map
+        is in use: the process would be killed (SIGBUS) on reading past the
+        new end. :class:`~epochplan.torch.PlanSampler` reads its ids through
+        the file instead, and raises :class:`PlanError` then.
+        """
+        path, entry = self._checked_file(epoch, rank, world_size)
+        try:
             ids = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as e:
             raise PlanError(str(e)) from None
@@ -707,6 +723,46 @@ class PlanDirectory:
             f"seed={self.seed}, kind={self.kind!r}, epochs={self.epochs}, "
             f"drop_last={self.drop_last})"
         )
+
+
+class _RankFile:
+    """A checked rank file (see :meth:`PlanDirectory._checked_file`), open
+    for reading its ids a range at a time. Reads go through the open file, not
+    a memory map, so a file cut short after the check gives a PlanError rather
+    than a SIGBUS or zeros; a plan replaced by ``write_plan(force=True)`` swaps
+    directories, and this file keeps reading the ids it checked."""
+
+    def __init__(self, path: Path, entry: dict[str, Any]) -> None:
+        self.path = path
+        self.count: int = entry["count"]
+        self._header_bytes: int = entry["bytes"] - 8 * self.count
+        try:
+            self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - held for reads
+        except OSError as e:
+            raise PlanError(f"{path}: cannot open: {e.strerror or e}") from None
+
+    def read(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """Ids ``[start, stop)`` of the file (``0 <= start <= stop <= count``)."""
+        ids = np.empty(stop - start, dtype="<i8")
+        view = ids.data.cast("B")
+        try:
+            self._file.seek(self._header_bytes + 8 * start)
+            done = 0
+            while done < len(view):
+                got = self._file.readinto(view[done:])
+                if not got:
+                    raise PlanError(
+                        f"{self.path}: ends before id {start + done // 8} of {self.count}: "
+                        "the file was cut short after it was checked"
+                    )
+                done += got
+        except OSError as e:
+            raise PlanError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        ids.flags.writeable = False
+        return ids
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) -> PlanDirectory:
