@@ -278,6 +278,40 @@ def test_strided_set_epoch_starts_the_new_epoch(cls: type[et.DistributedSampler]
     assert len(fresh) == 5  # later iterations are whole epochs
 
 
+@pytest.mark.parametrize("cls", [et.DistributedSampler, et.ExactDistributedSampler])
+@pytest.mark.parametrize("n", [20, 5000])  # within the first chunk, and across chunks
+def test_strided_epoch_cannot_change_under_a_running_iteration(
+    cls: type[et.DistributedSampler], n: int
+) -> None:
+    # As ElasticBatchSampler: going on after set_epoch or load_state_dict would
+    # serve the old epoch while the state records the new one.
+    whole = list(cls(range(n), 2, 0, seed=3))
+    s = cls(range(n), 2, 0, seed=3)
+    it = iter(s)
+    assert [next(it) for _ in range(3)] == whole[:3]
+    s.set_epoch(1)
+    with pytest.raises(RuntimeError, match="set_epoch"):
+        next(it)
+    assert s.state_dict() == {"epoch": 1, "seed": 3, "yielded": 0, "num_replicas": 2}
+    it = iter(s)
+    next(it)
+    s.load_state_dict({"epoch": 0, "seed": 3, "yielded": 3, "num_replicas": 2})
+    with pytest.raises(RuntimeError, match="load_state_dict"):
+        next(it)
+    # The loaded state is what the next iteration serves.
+    assert s.state_dict()["yielded"] == 3 and list(s) == whole[3:]
+    # set_epoch to the running epoch changes nothing: the iteration goes on.
+    it = iter(s)
+    got = [next(it) for _ in range(3)]
+    s.set_epoch(0)
+    assert got + list(it) == whole
+    # An iteration with nothing left ends as usual.
+    it = iter(s)
+    got = [next(it) for _ in range(len(whole))]
+    s.set_epoch(2)
+    assert list(it) == [] and got == whole
+
+
 def test_padding_near_the_largest_dataset() -> None:
     class Huge:
         def __len__(self) -> int:

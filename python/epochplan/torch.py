@@ -220,14 +220,24 @@ class _ChunkProgress:
 
     def __init__(self, done: int = 0) -> None:
         self.done = done
-        self.live: tuple[int, int, Iterator[int]] | None = None
+        # The chunk being handed out: where it starts, its ids and their iterator.
+        self.live: tuple[int, list[int], Iterator[int]] | None = None
+        self.cut_short = False
 
     def yielded(self) -> int:
         if self.live is None:
             return self.done
-        base, size, it = self.live
+        base, ids, it = self.live
         # A list iterator knows how many items it still holds.
-        return base + size - operator.length_hint(it)
+        return base + len(ids) - operator.length_hint(it)
+
+    def cut(self) -> None:
+        """Ends the chunk being handed out: its iterator stops at its next
+        item. Records whether any were left."""
+        if self.live is not None:
+            _, ids, it = self.live
+            self.cut_short |= operator.length_hint(it) > 0
+            ids.clear()
 
 
 def _keeps_set_epoch(epoch_set: bool, epoch: int, saved_epoch: int, saved_finished: bool) -> bool:
@@ -275,6 +285,7 @@ class _StridedSampler(Sampler[int]):
         self._resume: int | None = None
         self._progress = _ChunkProgress()
         self._epoch_set = False  # see _keeps_set_epoch
+        self._changes = 0  # set_epoch and load_state_dict calls (see _generate)
 
     def __len__(self) -> int:
         """Indices the next iteration yields: ``num_samples``, less a loaded
@@ -283,14 +294,21 @@ class _StridedSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch: a different ``(seed, epoch)`` gives an unrelated order.
-        Another epoch starts at its first index; the current one is left as it
-        is (so a loaded position survives the loop's ``set_epoch`` call)."""
+        Another epoch starts at its first index (an iteration still running
+        then raises RuntimeError at its next item); the current one is left as
+        it is (so a loaded position survives the loop's ``set_epoch`` call)."""
         _seed_arg(epoch, "epoch")
         epoch = operator.index(epoch)
         if epoch != self.epoch:
+            self._interrupt()
             self.epoch = epoch
             self._resume, self._progress = None, _ChunkProgress()
         self._epoch_set = True
+
+    def _interrupt(self) -> None:
+        # The running iteration, if any, stops at its next item (see _generate).
+        self._changes += 1
+        self._progress.cut()
 
     def _order(self) -> Permutation:
         if not self.shuffle:
@@ -324,6 +342,7 @@ class _StridedSampler(Sampler[int]):
     def _generate(self) -> Iterator[int]:
         first, self._resume = (self._resume or 0), None
         progress = self._progress = _ChunkProgress(first)
+        changes = self._changes
         count = self.num_samples
         if first >= count:
             return
@@ -331,9 +350,19 @@ class _StridedSampler(Sampler[int]):
         size = _FIRST_CHUNK
         while first < count:
             size = min(size, count - first)
-            ids = iter(self._chunk(order, first, size))
-            progress.live = (first, size, ids)
-            yield from ids
+            ids = self._chunk(order, first, size)
+            it = iter(ids)
+            progress.live = (first, ids, it)
+            yield from it
+            # A set_epoch or load_state_dict in the middle cut the chunk short
+            # (no check on every item): going on would serve the old epoch while
+            # the state records the new one, and a checkpoint saved then would
+            # skip what was served. An iteration with nothing left just ends.
+            if self._changes != changes and (progress.cut_short or first + size < count):
+                raise RuntimeError(
+                    "set_epoch() or load_state_dict() was called while an iteration "
+                    "of this sampler was running; start a new iteration after it"
+                )
             first += size
             size = min(size * 4, _MAX_CHUNK)
         progress.live, progress.done = None, count
@@ -350,7 +379,8 @@ class _StridedSampler(Sampler[int]):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`; the next iteration skips the yielded indices."""
+        """Restores :meth:`state_dict`; the next iteration skips the yielded
+        indices (an iteration still running raises RuntimeError at its next item)."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
         missing = {"epoch", "seed", "yielded"} - state_dict.keys()
@@ -373,6 +403,7 @@ class _StridedSampler(Sampler[int]):
             )
         key = _seed_arg(state_dict["seed"], "state_dict['seed']")
         _seed_arg(state_dict["epoch"], "state_dict['epoch']")
+        self._interrupt()
         self.seed = operator.index(state_dict["seed"])
         self._key = key
         epoch = operator.index(state_dict["epoch"])
