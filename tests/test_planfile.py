@@ -307,6 +307,9 @@ def test_paths_must_be_utf8(tmp_path: Path) -> None:
         ({"chunk_size": 4}, ValueError),
         ({"drop_last": 1}, TypeError),
         ({"drop_last": None}, TypeError),
+        ({"force": "no"}, TypeError),  # truthy: it would replace a plan
+        ({"force": 1}, TypeError),
+        ({"out": "a\0b"}, PlanError),
         ({"epochs": None}, TypeError),
         ({"epochs": "01"}, TypeError),
         ({"epochs": b"01"}, TypeError),
@@ -319,10 +322,15 @@ def test_paths_must_be_utf8(tmp_path: Path) -> None:
     ],
 )
 def test_bad_arguments(tmp_path: Path, kwargs: dict[str, object], error: type) -> None:
-    args: dict[str, object] = {"num_samples": 100, "global_batch_size": 10, "world_size": 2}
+    args: dict[str, object] = {
+        "out": tmp_path / "p",
+        "num_samples": 100,
+        "global_batch_size": 10,
+        "world_size": 2,
+    }
     args.update(kwargs)
     with pytest.raises(error):
-        write_plan(tmp_path / "p", **args)  # type: ignore[arg-type]
+        write_plan(**args)  # type: ignore[arg-type]
     assert not (tmp_path / "p").exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -458,6 +466,18 @@ def test_missing_or_broken_manifest(plan_dir: Path, tmp_path: Path) -> None:
     (plan_dir / MANIFEST).write_text("{not json")
     with pytest.raises(PlanError, match="cannot read the manifest"):
         open_plan(plan_dir)
+    # Neither a FIFO (opening it would wait for a writer) nor an endless
+    # device is read.
+    (plan_dir / MANIFEST).unlink()
+    os.mkfifo(plan_dir / MANIFEST)
+    with pytest.raises(PlanError, match="not a regular file"):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match="not a plan directory"):
+        write_plan(plan_dir, 100, 10, 2, force=True)
+    (plan_dir / MANIFEST).unlink()
+    (plan_dir / MANIFEST).symlink_to("/dev/zero")
+    with pytest.raises(PlanError, match="not a regular file"):
+        verify_plan(plan_dir)
     (plan_dir / MANIFEST).unlink()
     with pytest.raises(PlanError, match="missing"):
         verify_plan(plan_dir)

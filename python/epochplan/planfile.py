@@ -31,6 +31,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ def _path(value: Any, name: str) -> Path:
     if os.fspath(value) in ("", b""):
         # Path("") is the current directory: an empty string is a mistake.
         raise PlanError(f"{name} must be a path, got an empty string")
+    raw = os.fspath(value)
+    if ("\0" if isinstance(raw, str) else b"\0") in raw:
+        raise PlanError(f"{name} must be a path without NUL characters, got {raw!r}")
     path = Path(value)
     try:
         # The files are opened by the Rust core, which takes UTF-8 paths.
@@ -198,6 +202,28 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+# A manifest lists at most MAX_FILES files in a few hundred bytes each.
+_MAX_MANIFEST_BYTES = 1 << 30
+
+
+def _read_manifest(path: Path) -> Any:
+    """The manifest's JSON. OSError if it is not a regular file of at most
+    _MAX_MANIFEST_BYTES (a FIFO would block the read, a link to /dev/zero
+    never end), ValueError if it is not JSON."""
+    # Non-blocking, so that opening a FIFO returns at once.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > _MAX_MANIFEST_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {size_label(_MAX_MANIFEST_BYTES)}")
+        data = f.read(_MAX_MANIFEST_BYTES + 1)
+    if len(data) > _MAX_MANIFEST_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {size_label(_MAX_MANIFEST_BYTES)}")
+    return json.loads(data.decode())
+
+
 def _why_not_replaceable(path: Path) -> str | None:
     """None for an empty directory or a plan directory holding nothing but its
     manifest and the files it lists; else why ``path`` must not be replaced
@@ -208,7 +234,7 @@ def _why_not_replaceable(path: Path) -> str | None:
     if not any(path.iterdir()):
         return None
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = _read_manifest(path / MANIFEST)
     except (OSError, ValueError, RecursionError):
         manifest = None
     is_plan = isinstance(manifest, dict) and manifest.get("format") == PLAN_FILE_FORMAT
@@ -359,6 +385,7 @@ def write_plan(
             f"got {world_size} * {len(epoch_list)}"
         )
     drop_last = bool_arg(drop_last, "drop_last")
+    force = bool_arg(force, "force")  # a truthy string would replace a plan
     # Plain ints for the manifest (numpy ints are not JSON).
     if chunk_size is not None:
         chunk_size = int_arg(chunk_size, "chunk_size", 1, _native.MAX_SAMPLES)
@@ -781,7 +808,7 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
         raise PlanError(f"{root}: {what}")
     mpath = root / MANIFEST
     try:
-        manifest = json.loads(mpath.read_text())
+        manifest = _read_manifest(mpath)
     except FileNotFoundError:
         raise PlanError(
             f"{mpath}: missing (not a plan directory, or an unfinished write)"
