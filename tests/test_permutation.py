@@ -458,3 +458,13 @@ def test_chunked_windows_are_whole_chunks_at_the_largest_n(chunk_size: int, wind
             if len(chunks) <= window and np.array_equal(np.sort(ids), np.concatenate(ranges)):
                 whole.append(start)
         assert whole, f"window {j}: no start gives whole chunks"
+
+
+def test_take_of_a_view_larger_than_memory_is_an_overflow_error() -> None:
+    # A broadcast view holds one value; copying its 10**12 positions cannot.
+    p = ep.Permutation(10)
+    with pytest.raises(OverflowError, match="positions is too large"):
+        p.take(np.broadcast_to(np.int64(1), (10**12,)))
+    np.testing.assert_array_equal(
+        p.take(np.broadcast_to(np.int64(1), (3, 2))), np.full((3, 2), p[1])
+    )

@@ -254,7 +254,21 @@ fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>,
             return Ok(None);
         }
     }
-    let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
+    // A view larger than memory (a broadcast one, say) fails to copy here:
+    // numpy's MemoryError, or ValueError for a size beyond its range.
+    let arr = np
+        .call_method1("ascontiguousarray", (arr, np.getattr("int64")?))
+        .map_err(|e| {
+            if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
+                || e.is_instance_of::<PyValueError>(py)
+            {
+                PyOverflowError::new_err(format!(
+                    "{name} is too large to hold as an array ({size} positions)"
+                ))
+            } else {
+                e
+            }
+        })?;
     let arr = arr.cast::<PyArrayDyn<i64>>()?;
     let values = copy_of(arr.readonly().as_slice()?, name).py()?;
     Ok(Some((values, shape)))
