@@ -488,6 +488,8 @@ def test_missing_or_broken_manifest(plan_dir: Path, tmp_path: Path) -> None:
 def test_world_size_epoch_and_rank_must_match(plan_dir: Path) -> None:
     with pytest.raises(PlanError, match="written for world_size=4, not 3"):
         open_plan(plan_dir, world_size=3)
+    with pytest.raises(ValueError, match=r"world_size must be an int in \[1, "):
+        open_plan(plan_dir, world_size=0)
     d = open_plan(plan_dir, world_size=4)
     with pytest.raises(PlanError, match="written for world_size=4, not 8"):
         d.rank_ids(0, 1, world_size=8)
@@ -497,7 +499,7 @@ def test_world_size_epoch_and_rank_must_match(plan_dir: Path) -> None:
         d.rank_ids(0, 4)
     with pytest.raises(TypeError, match="world_size must be an int, got str"):
         d.rank_ids(0, 1, world_size="4")  # type: ignore[arg-type]
-    with pytest.raises(PlanError, match="written for world_size=4, not 0"):
+    with pytest.raises(ValueError, match=r"world_size must be an int in \[1, "):
         d.rank_ids(0, 1, world_size=0)
     assert len(d.rank_ids(0, 1, world_size=np.int64(4))) == 10_000
     assert len(d.rank_ids(np.array(1), np.array(2), world_size=np.array(4))) == 10_000

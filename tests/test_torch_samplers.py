@@ -250,6 +250,8 @@ def test_strided_state_dict_round_trip(cls: type[et.DistributedSampler]) -> None
         s.load_state_dict({"epoch": 0, "seed": 0, "yielded": len(full) + 1})
     with pytest.raises(ValueError, match="missing"):
         s.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match=r"unknown keys \['cursor'\]"):
+        s.load_state_dict({"epoch": 0, "seed": 0, "yielded": 0, "cursor": 0})
     # A strided position is for the same world size only.
     other = cls(range(n), w + 1, r)
     with pytest.raises(ValueError, match=r"state_dict\['num_replicas'\] is 3 but this sampler"):
@@ -863,6 +865,8 @@ def test_reprs() -> None:
         "ExactDistributedSampler(dataset_len=5, num_replicas=2"
     )
     assert "PlanSampler" in et.__all__
+    with pytest.raises(TypeError, match="preload_nchunks"):
+        et.ChunkSampler(9, 3, None, 4, num_replicas=2, rank=1)  # type: ignore[arg-type]
     # ChunkSampler's own arguments: batch_size, not global_batch_size.
     assert repr(et.ChunkSampler(9, 3, 1, 4, num_replicas=2, rank=1, seed=5)) == (
         "ChunkSampler(num_samples=9, chunk_size=3, preload_nchunks=1, batch_size=4, "

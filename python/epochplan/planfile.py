@@ -685,7 +685,7 @@ class PlanDirectory:
 
     def check_world_size(self, world_size: int) -> None:
         """Raises PlanError unless the plan was written for ``world_size`` ranks."""
-        world_size = int_arg(world_size, "world_size")
+        world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
         if world_size != self.world_size:
             raise PlanError(
                 f"{self.path}: the plan was written for world_size={self.world_size}, "

@@ -386,6 +386,12 @@ class _StridedSampler(Sampler[int]):
         missing = {"epoch", "seed", "yielded"} - state_dict.keys()
         if missing:
             raise ValueError(f"state_dict is missing the keys {sorted(missing)}")
+        unknown = state_dict.keys() - {"epoch", "seed", "yielded", "num_replicas"}
+        if unknown:
+            raise ValueError(
+                f"state_dict has unknown keys {sorted(map(str, unknown))} "
+                "(not a state of this sampler)"
+            )
         # A rank's strided position means nothing at another world size (optional:
         # states saved without it load as before).
         if "num_replicas" in state_dict:
@@ -969,6 +975,9 @@ class ChunkSampler(ElasticBatchSampler):
         # Checked here so that messages name this class's arguments.
         num_samples = _num_samples_of(num_samples, "num_samples")
         batch_size = int_arg(batch_size, "batch_size", 1, _MAX_SAMPLES)
+        # Required here (None would fall back to ElasticBatchSampler's default).
+        chunk_size = int_arg(chunk_size, "chunk_size", 1, _MAX_SAMPLES)
+        preload_nchunks = int_arg(preload_nchunks, "preload_nchunks", 1, _MAX_SAMPLES)
         rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
         if micro_batch_size is None:
             micro_batch_size = -(-batch_size // num_replicas)
