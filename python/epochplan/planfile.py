@@ -218,9 +218,7 @@ def _read_manifest(path: Path) -> Any:
             raise OSError(errno.EINVAL, "not a regular file")
         if st.st_size > _MAX_MANIFEST_BYTES:
             raise OSError(errno.EFBIG, f"larger than {size_label(_MAX_MANIFEST_BYTES)}")
-        data = f.read(_MAX_MANIFEST_BYTES + 1)
-    if len(data) > _MAX_MANIFEST_BYTES:
-        raise OSError(errno.EFBIG, f"larger than {size_label(_MAX_MANIFEST_BYTES)}")
+        data = f.read()
     return json.loads(data.decode())
 
 
