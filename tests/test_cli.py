@@ -194,6 +194,34 @@ def test_bench_writes_a_table_and_a_plot(tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_bench_checks_its_output_files_before_the_run(tmp_path: Path) -> None:
+    args = ("bench", "--sizes", "1000", "--repeats", "1", "--filter", "permutation", "-q")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    cases = [
+        ("--out", "/dev/full", "is not a regular file"),
+        ("--plot", "/dev/full", "is not a regular file"),
+        ("--out", str(tmp_path), "is a directory"),
+        ("--out", str(tmp_path / "no" / "r.md"), "does not exist"),
+        ("--out", "/proc/r.md", "cannot write there"),
+    ]
+    if os.geteuid() != 0:  # root writes into a read-only directory anyway
+        cases.append(("--out", str(tmp_path / "ro" / "r.md"), "cannot write there"))
+    for flag, path, why in cases:
+        res = cli(*args, flag, path)
+        assert res.returncode == 1, (flag, path, res.stderr)
+        assert res.stderr.startswith(f"epochplan bench: error: {flag} {path}"), res.stderr
+        assert why in res.stderr and "wrote" not in res.stderr
+    # A report is replaced whole, through a temporary file beside it.
+    md = tmp_path / "r.md"
+    md.write_text("old")
+    assert cli(*args, "--out", str(md)).returncode == 0
+    assert md.read_text().startswith("|") and sorted(p.name for p in tmp_path.iterdir()) == [
+        "r.md",
+        "ro",
+    ]
+
+
 def test_bench_without_matplotlib_says_so(tmp_path: Path) -> None:
     png = tmp_path / "r.png"
     # None in sys.modules makes `import matplotlib` raise ImportError.

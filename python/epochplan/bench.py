@@ -452,9 +452,45 @@ def plot(results: list[Result], path: Path) -> str:
         ax.axis("off")
     fig.suptitle("epochplan (solid) vs peers (dashed): median time, log-log", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=70)
-    plt.close(fig)
+    try:
+        _replace_with(path, "--plot", lambda tmp: fig.savefig(tmp, dpi=70))
+    finally:
+        plt.close(fig)
     return f"wrote {path}"
+
+
+def _temporary_beside(path: Path) -> Path:
+    # The suffix is kept: matplotlib picks the image format from it.
+    return path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    """ValueError naming ``flag`` unless ``path`` can be written: a new or
+    regular file in a directory where a file can be created."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: directory {path.parent} does not exist")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{flag} {path} is not a regular file")
+    tmp = _temporary_beside(path)
+    try:
+        tmp.touch()
+        tmp.unlink()
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+
+
+def _replace_with(path: Path, flag: str, write: Any) -> None:
+    """Calls ``write(tmp)`` for a temporary file beside ``path``, then renames
+    it to ``path``: the file is complete or left as it was."""
+    tmp = _temporary_beside(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
 
 
 BENCH_HELP = """\
@@ -525,10 +561,8 @@ def main(args: argparse.Namespace) -> int:
     """Runs the benchmark for parsed ``args``."""
     # Checked before the run, so that it is not lost to a bad path at the end.
     for flag, file in (("--out", args.out), ("--plot", args.plot)):
-        if file is not None and file.is_dir():
-            raise ValueError(f"{flag} {file} is a directory; give a file name")
-        if file is not None and not file.parent.is_dir():
-            raise ValueError(f"{flag} {file}: directory {file.parent} does not exist")
+        if file is not None:
+            _check_writable(flag, file)
     t0 = time.perf_counter()
     log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
     try:
@@ -552,7 +586,7 @@ def main(args: argparse.Namespace) -> int:
         f"{load} at the end.\n"
     )
     if args.out is not None:
-        args.out.write_text(md)
+        _replace_with(args.out, "--out", lambda tmp: tmp.write_text(md))
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(md)
