@@ -196,9 +196,13 @@ def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
             et.resolve_rank()
         monkeypatch.setenv("RANK", "4")
         monkeypatch.delenv("WORLD_SIZE")
-        monkeypatch.setenv("WORLD_SIZE", "four")
-        with pytest.raises(ValueError, match="WORLD_SIZE must be an int"):
-            et.resolve_rank()
+        # ASCII digits only: int() would read "1_0" as 10.
+        for bad in ("four", "1_0", "\u0664", "", "4.0"):
+            monkeypatch.setenv("WORLD_SIZE", bad)
+            with pytest.raises(ValueError, match="WORLD_SIZE must be an int"):
+                et.resolve_rank()
+        monkeypatch.setenv("WORLD_SIZE", " 8\n")
+        assert et.resolve_rank() == (4, 8)
     finally:
         et.set_rank_provider(None)
     monkeypatch.delenv("RANK")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -84,10 +85,10 @@ def set_rank_provider(fn: RankProvider | None) -> None:
 
 def _env_int(name: str) -> int:
     raw = os.environ[name]
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"the environment variable {name} must be an int, got {raw!r}") from None
+    # ASCII digits only: int() also takes "1_0" (as 10) and other scripts' digits.
+    if re.fullmatch(r"\s*[-+]?[0-9]+\s*", raw) is None:
+        raise ValueError(f"the environment variable {name} must be an int, got {raw!r}")
+    return int(raw)
 
 
 def resolve_rank(
