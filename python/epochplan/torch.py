@@ -223,6 +223,8 @@ class _ChunkProgress:
         self.done = done
         # The chunk being handed out: where it starts, its ids and their iterator.
         self.live: tuple[int, list[int], Iterator[int]] | None = None
+        # Set by cut(): whether the iteration was interrupted, and with ids left.
+        self.interrupted = False
         self.cut_short = False
 
     def yielded(self) -> int:
@@ -234,7 +236,8 @@ class _ChunkProgress:
 
     def cut(self) -> None:
         """Ends the chunk being handed out: its iterator stops at its next
-        item. Records whether any were left."""
+        item. Records the interruption, and whether any ids were left."""
+        self.interrupted = True
         if self.live is not None:
             _, ids, it = self.live
             self.cut_short |= operator.length_hint(it) > 0
@@ -286,7 +289,6 @@ class _StridedSampler(Sampler[int]):
         self._resume: int | None = None
         self._progress = _ChunkProgress()
         self._epoch_set = False  # see _keeps_set_epoch
-        self._changes = 0  # set_epoch and load_state_dict calls (see _generate)
 
     def __len__(self) -> int:
         """Indices the next iteration yields: ``num_samples``, less a loaded
@@ -308,7 +310,6 @@ class _StridedSampler(Sampler[int]):
 
     def _interrupt(self) -> None:
         # The running iteration, if any, stops at its next item (see _generate).
-        self._changes += 1
         self._progress.cut()
 
     def _order(self) -> Permutation:
@@ -343,7 +344,6 @@ class _StridedSampler(Sampler[int]):
     def _generate(self) -> Iterator[int]:
         first, self._resume = (self._resume or 0), None
         progress = self._progress = _ChunkProgress(first)
-        changes = self._changes
         count = self.num_samples
         if first >= count:
             return
@@ -359,7 +359,7 @@ class _StridedSampler(Sampler[int]):
             # (no check on every item): going on would serve the old epoch while
             # the state records the new one, and a checkpoint saved then would
             # skip what was served. An iteration with nothing left just ends.
-            if self._changes != changes and (progress.cut_short or first + size < count):
+            if progress.interrupted and (progress.cut_short or first + size < count):
                 raise RuntimeError(
                     "set_epoch() or load_state_dict() was called while an iteration "
                     "of this sampler was running; start a new iteration after it"
