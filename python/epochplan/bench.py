@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -481,7 +482,7 @@ def _check_writable(flag: str, path: Path) -> None:
         raise ValueError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
 
 
-def _replace_with(path: Path, flag: str, write: Any) -> None:
+def _replace_with(path: Path, flag: str, write: Callable[[Path], object]) -> None:
     """Calls ``write(tmp)`` for a temporary file beside ``path``, then renames
     it to ``path``: the file is complete or left as it was."""
     tmp = _temporary_beside(path)

@@ -87,10 +87,10 @@ def rank_file_name(epoch: int, rank: int) -> str:
 def _path(value: Any, name: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
-    if os.fspath(value) in ("", b""):
+    raw = os.fspath(value)
+    if raw in ("", b""):
         # Path("") is the current directory: an empty string is a mistake.
         raise PlanError(f"{name} must be a path, got an empty string")
-    raw = os.fspath(value)
     if ("\0" if isinstance(raw, str) else b"\0") in raw:
         raise PlanError(f"{name} must be a path without NUL characters, got {raw!r}")
     path = Path(value)
