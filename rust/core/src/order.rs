@@ -231,3 +231,39 @@ impl Order {
         self.range(0, 1, self.n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_paths_agree_with_single_positions_on_any_thread_count() {
+        // Several parallel pieces, the last one short: each piece must start
+        // at its own positions.
+        let n = 3 * parallel::PIECE as u64 + 5;
+        let kinds = [
+            Kind::Cipher,
+            Kind::Uniform,
+            Kind::Chunked {
+                chunk_size: 1000,
+                window: 3,
+            },
+            Kind::Identity,
+        ];
+        let _threads = parallel::test_threads_lock();
+        for kind in kinds {
+            let order = Order::new(n, 5, 6, kind).unwrap();
+            let single: Vec<i64> = (0..n).map(|p| order.get(p).unwrap() as i64).collect();
+            let reversed: Vec<i64> = single.iter().rev().copied().collect();
+            let positions: Vec<i64> = (0..n as i64).rev().collect();
+            for threads in [1, 2, 3] {
+                parallel::set_num_threads(threads);
+                let on = format!("{kind:?} on {threads} threads");
+                assert_eq!(order.to_vec().unwrap(), single, "{on}");
+                assert_eq!(order.range(n - 1, -1, n).unwrap(), reversed, "{on}");
+                assert_eq!(order.take(&positions).unwrap(), reversed, "{on}");
+            }
+        }
+        parallel::set_num_threads(0);
+    }
+}

@@ -464,6 +464,16 @@ mod tests {
     }
 
     #[test]
+    fn micro_batch_size_zero_is_an_error() {
+        let p = plan(10, 4, false);
+        assert!(p.share(0, 0, 2, 0).is_err());
+        assert!(p.micro_batches(0, 0, 2, 0).is_err());
+        let ids = p.step_indices(0, 0, 2).unwrap();
+        assert!(p.split_step(0, 0, 2, 0, &ids).is_err());
+        assert!(p.total_micro_batches(2, 0).is_err());
+    }
+
+    #[test]
     fn bad_cursor_is_rejected() {
         let order = Order::new(10, 0, 0, Kind::Cipher).unwrap();
         assert!(Plan::new(order.clone(), 4, false, 3).is_err());

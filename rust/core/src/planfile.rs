@@ -929,4 +929,96 @@ mod tests {
         let opened = opened.load(Ordering::Relaxed);
         assert!(opened < 2000, "stopped after {opened} of 2000 files");
     }
+
+    /// A directory of its own under the system's temporary directory,
+    /// removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir =
+                std::env::temp_dir().join(format!("epochplan-core-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Writes every rank's file of `p` for `w` ranks into `dir`, described
+    /// as a manifest describes them.
+    fn written(p: &Plan, w: u64, dir: &Path) -> Vec<ExpectedFile> {
+        let ranks: Vec<u64> = (0..w).collect();
+        let paths: Vec<PathBuf> = ranks
+            .iter()
+            .map(|r| dir.join(format!("r{r}.npy")))
+            .collect();
+        let infos = write_rank_files(p, w, &ranks, paths.clone(), false, &mut |_| true).unwrap();
+        ranks
+            .iter()
+            .zip(paths)
+            .zip(infos)
+            .map(|((&rank, path), info)| ExpectedFile {
+                path,
+                rank,
+                count: info.count,
+                bytes: info.bytes,
+                checksum: info.checksum,
+            })
+            .collect()
+    }
+
+    fn verify(p: &Plan, w: u64, files: &[ExpectedFile]) -> Result<()> {
+        verify_rank_files(p, w, files, true, &mut |_| true)
+    }
+
+    #[test]
+    fn verification_needs_every_rank_once() {
+        let dir = TempDir::new("ranks");
+        let p = plan(100, 8, false);
+        let files = written(&p, 2, &dir.0);
+        assert_eq!(verify(&p, 2, &files), Ok(()));
+        let err = verify(&p, 2, &files[..1]).unwrap_err().to_string();
+        assert!(err.contains("hold 50 ids, its steps hold 100"), "{err}");
+        let twice = [files[0].clone(), files[0].clone()];
+        assert!(verify(&p, 2, &twice).is_err());
+    }
+
+    #[test]
+    fn bytes_beyond_the_ids_or_missing_are_refused() {
+        let dir = TempDir::new("bytes");
+        let p = plan(100, 8, false);
+        let files = written(&p, 2, &dir.0);
+        // The checksum covers the header and the ids only, so bytes appended
+        // with the manifest's size raised to match must fail on the size.
+        let mut longer = files.clone();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&longer[0].path)
+            .unwrap()
+            .write_all(&[0; 8])
+            .unwrap();
+        longer[0].bytes += 8;
+        let err = check_rank_file(&longer[0], &mut |_| true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the manifest says 536 bytes, 50 ids need 528"),
+            "{err}"
+        );
+        assert!(verify(&p, 2, &longer).is_err());
+        // Cut short: the size no longer matches the manifest's.
+        let file = File::options().write(true).open(&files[0].path).unwrap();
+        file.set_len(files[0].bytes - 8).unwrap();
+        let err = check_rank_file(&files[0], &mut |_| true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("truncated or altered"), "{err}");
+        assert!(verify(&p, 2, &files).is_err());
+    }
 }

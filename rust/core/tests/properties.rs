@@ -119,7 +119,11 @@ fn positions_out_of_range_are_errors() {
         let order = Order::new(n, 0, 0, Kind::Cipher).unwrap();
         assert!(order.get(n).is_err());
         assert!(order.take(&[-1]).is_err());
+        assert!(order.take(&[n as i64]).is_err());
         assert!(order.range(0, 1, n.saturating_add(1)).is_err());
+        // A range may not start past the end, even going down into range.
+        assert!(order.range(n, -1, 1).is_err());
+        assert!(order.range(n, -1, 2).is_err());
     }
     assert!(Order::new(MAX_SAMPLES + 1, 0, 0, Kind::Cipher).is_err());
 }

@@ -1586,6 +1586,9 @@ mod tests {
         assert!(get_shuffle(Algo::Py1s, &[3, -1], 1, 0, 0, 8).is_err());
         assert!(get_shuffle(Algo::Py1s, &[i64::MAX, 1], 1, 0, 0, 8).is_err());
         assert!(get_shuffle(Algo::Py1s, &[3], 0, 0, 0, 8).is_err());
+        let too_many = MAX_CANONICAL_NODES + 1;
+        assert!(get_shuffle(Algo::Py1s, &[3, 4], too_many, 0, 0, 8).is_err());
+        assert!(get_shuffle(Algo::Py1br, &[3, 4], too_many, 0, 0, 8).is_err());
         assert!(get_shuffle(Algo::Naive, &[3], 0, 0, 0, 8).is_ok());
         assert!(get_shuffle(Algo::Naive, &[3], 0, 1, -1, 8).is_ok());
         assert!(get_shuffle(Algo::Naive, &[3], 0, 1, -2, 8).is_err());
