@@ -790,6 +790,16 @@ def test_finished_state_of_another_epoch_keeps_the_set_epoch(cls: Any) -> None:
     s.set_epoch(1)
     s.load_state_dict(partial)
     assert s.epoch == 2
+    # A finished state of the epoch that was set leaves nothing of it.
+    s = make()
+    s.set_epoch(0)
+    s.load_state_dict(finished)
+    assert s.epoch == 0 and len(s) == 0 and list(s) == []
+    # A second load is not taken for a set_epoch: the last state decides.
+    s = make()
+    s.load_state_dict(partial)
+    s.load_state_dict(finished)
+    assert s.epoch == 0 and len(s) == 0 and list(s) == []
 
 
 def test_chunk_sampler_windows_touch_at_most_preload_nchunks() -> None:
