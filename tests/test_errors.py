@@ -179,6 +179,18 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         OverflowError,
         "num_samples_or_array",
     ),
+    (
+        "range ending at 2**63",
+        lambda: ep.split(range(2**63 - 1, 2**63 + 1), 1, 0),
+        OverflowError,
+        "num_samples_or_array's values must fit int64",
+    ),
+    (
+        "range starting below -2**63",
+        lambda: ep.split(range(-(2**63) - 1, -(2**63) + 1), 1, 0),
+        OverflowError,
+        "num_samples_or_array's values must fit int64",
+    ),
     ("huge rank", lambda: ep.split(10, 2, 10**5000), ValueError, "Invalid rank an int of"),
     ("float samples", lambda: ep.split(10.0, 2, 0), TypeError, "num_samples_or_array"),
     ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
@@ -193,6 +205,8 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         ValueError,
         "worker_id must be an int in [0, 2], got an int of 16610 bits",
     ),
+    ("worker_id alone", lambda: ep.worker_shard(range(7), worker_id=1), ValueError, "together"),
+    ("num_workers alone", lambda: ep.worker_shard(range(7), num_workers=2), ValueError, "together"),
     ("numpy bool seed", lambda: ep.Permutation(3, seed=np.True_), TypeError, "seed must be an int"),
     # arrays numpy cannot make
     (
