@@ -173,11 +173,19 @@ def test_force_keeps_a_plan_directory_holding_other_files(tmp_path: Path) -> Non
         path.unlink()
         if path.parent != out and not any(path.parent.iterdir()):
             path.parent.rmdir()
-    # A link inside is not the plan's either.
+    # A link inside is not the plan's either, even in place of a listed file or folder.
     (out / "link").symlink_to(out / MANIFEST)
     with pytest.raises(PlanError, match="holds link"):
         write_plan(out, 100, 10, 3, force=True)
     (out / "link").unlink()
+    for listed in ("epoch-0001/rank-00001.npy", "epoch-0001"):
+        (out / listed).rename(tmp_path / "moved")
+        (out / listed).symlink_to(tmp_path / "moved")
+        with pytest.raises(PlanError, match=f"holds {listed}, which is not part of its plan"):
+            write_plan(out, 100, 10, 3, force=True)
+        (out / listed).unlink()
+        (tmp_path / "moved").rename(out / listed)
+    verify_plan(out)
     assert write_plan(out, 100, 10, 3, force=True).world_size == 3
 
 
@@ -300,7 +308,6 @@ def test_paths_must_be_utf8(tmp_path: Path) -> None:
         ({"world_size": 0}, ValueError),
         ({"num_samples": 1.5}, TypeError),
         ({"epochs": ()}, ValueError),
-        ({"epochs": (1, 1)}, ValueError),
         ({"epochs": 3}, TypeError),
         ({"kind": "nope"}, ValueError),
         ({"kind": "chunked"}, ValueError),
@@ -363,6 +370,17 @@ def test_truncated_file(plan_dir: Path) -> None:
     f = rank_file(plan_dir, 1, 2)
     f.write_bytes(f.read_bytes()[:-8])
     _all_fail(plan_dir, r"rank-00002\.npy: has \d+ bytes, the manifest says", epoch=1, rank=2)
+
+
+def test_grown_file(plan_dir: Path) -> None:
+    # Bytes beyond the ids are outside the checksum: open_plan refuses the size itself.
+    f = rank_file(plan_dir, 1, 2)
+    f.write_bytes(f.read_bytes() + bytes(8))
+    match = r"rank-00002\.npy: has \d+ bytes, the manifest says"
+    with pytest.raises(PlanError, match=match):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match=match):
+        verify_plan(plan_dir)
 
 
 @pytest.mark.parametrize("where", ["data", "header"])
@@ -428,6 +446,24 @@ def test_float_sizes_in_the_manifest(plan_dir: Path, key: str) -> None:
         open_plan(plan_dir)
     with pytest.raises(PlanError, match=match):
         verify_plan(plan_dir)
+
+
+@pytest.mark.parametrize("digest", ["abc", None, 7])
+def test_malformed_checksum_in_the_manifest(plan_dir: Path, digest: object) -> None:
+    m = json.loads((plan_dir / MANIFEST).read_text())
+    m["files"][0]["blake3"] = digest
+    (plan_dir / MANIFEST).write_text(json.dumps(m))
+    match = r"manifest\.json: files\[0\] has no valid 'blake3' checksum"
+    with pytest.raises(PlanError, match=match):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match=match):
+        verify_plan(plan_dir)
+
+
+def test_repeated_epochs_are_refused_before_any_write(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"epochs must be distinct, got \[1, 1\]"):
+        write_plan(tmp_path / "p", 100, 10, 2, epochs=(1, 1))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_chunk_parameter_ranges_are_named(tmp_path: Path) -> None:
@@ -1015,6 +1051,45 @@ def test_disk_need_counts_whole_blocks(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(PlanError, match=r"needs 4\.1 MB of disk, only 409\.6 KB is free"):
         write_plan(tmp_path / "p", 10, 10, 1000)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_uniform_plans_need_the_permutation_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(planfile, "_available_memory", lambda: 100_000)
+    with pytest.raises(PlanError, match=r"kind='uniform' holds the whole permutation in memory"):
+        write_plan(tmp_path / "p", 10_000, 100, 2, kind="uniform")
+    assert list(tmp_path.iterdir()) == []
+    # The cipher order is computed a chunk at a time.
+    write_plan(tmp_path / "p", 10_000, 100, 2)
+
+
+def test_verifying_needs_the_permutation_only_when_steps_leave_ids_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bitmap of N/8 = 12.5 MB; with drop_last and N % G, the uniform
+    # permutation too (1.6 GB at N = 10^8).
+    monkeypatch.setattr(planfile, "_available_memory", lambda: 10**9)
+    check = planfile._check_verify_memory
+    check(tmp_path, 10**8, 1000, "uniform", True)
+    check(tmp_path, 10**8 + 1, 1000, "uniform", False)
+    check(tmp_path, 10**8 + 1, 1000, "cipher", True)
+    with pytest.raises(PlanError, match="a bitmap of N/8 and the uniform permutation"):
+        check(tmp_path, 10**8 + 1, 1000, "uniform", True)
+    with pytest.raises(PlanError, match="a bitmap of N/8 = "):
+        check(tmp_path, 10**10, 1000, "cipher", False)
+
+
+def test_partials_of_live_writers_are_kept(tmp_path: Path) -> None:
+    # Another writer of the same plan, still running (this process), and one
+    # that died (a pid no process has: past the kernel's pid_max).
+    live = tmp_path / f".p.partial-{os.getpid()}-0000abcd"
+    dead = tmp_path / f".p.partial-{2**22 + 1}-0000abcd"
+    for partial in (live, dead):
+        partial.mkdir()
+        (partial / "x").write_text("in progress")
+    write_plan(tmp_path / "p", 100, 10, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "p"]
 
 
 def test_failed_write_removes_the_parents_it_created(tmp_path: Path) -> None:
