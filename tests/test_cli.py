@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,45 @@ def test_plan_into_a_temporary_directory_is_removed(tmp_path: Path) -> None:
     assert cli("plan", "-n", "1e5", "-q").stdout == ""
 
 
+def test_plan_kept_from_a_temporary_directory(tmp_path: Path) -> None:
+    res = cli("plan", "-n", "1e3", "-g", "10", "-w", "2", "--keep")
+    assert res.returncode == 0, res.stderr
+    kept = re.search(r"kept (\S+)", res.stdout)
+    assert kept is not None, res.stdout
+    plan = Path(kept.group(1))
+    try:
+        verify_plan(plan)
+        assert open_plan(plan).world_size == 2
+    finally:
+        shutil.rmtree(plan.parent)
+
+
+def test_the_last_epoch_may_be_the_largest(tmp_path: Path) -> None:
+    last = str(2**64 - 1)
+    res = cli(
+        "plan",
+        "-n",
+        "10",
+        "-g",
+        "5",
+        "-w",
+        "1",
+        "--epoch",
+        last,
+        "-q",
+        "--out",
+        str(tmp_path / "p"),
+    )
+    assert res.returncode == 0, res.stderr
+    assert open_plan(tmp_path / "p").epochs == [2**64 - 1]
+
+
+def test_no_command_prints_the_help_and_fails() -> None:
+    res = cli()
+    assert res.returncode == 2, res.stderr
+    assert "usage:" in res.stdout and "plan" in res.stdout
+
+
 def test_permute_summary() -> None:
     res = cli("permute", "-n", "1000", "--seed", "3", "--epoch", "1")
     assert res.returncode == 0, res.stderr
@@ -107,6 +147,7 @@ def test_closed_output_pipe_stops_quietly() -> None:
         (["plan", "--kind", "fancy"], 2, "invalid choice"),
         (["plan", "-n", "10", "--kind", "chunked"], 2, "needs --chunk-size"),
         (["plan", "-n", "10", "--chunk-size", "3"], 2, "apply to --kind chunked only"),
+        (["plan", "-n", "10", "--preload-nchunks", "4"], 2, "apply to --kind chunked only"),
         (["plan", "-n", "1e19"], 2, "argument -n/--num-samples: must be in [0, 2**63 - 1]"),
         (["plan", "-n", "9" * 1000], 2, "is too large"),
         (["plan", "-n", "10**" + "1" * 5000], 2, "1111'... is too large (see --help)"),

@@ -299,7 +299,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
     if args.kind == "chunked" and args.chunk_size is None:
         raise UsageError("--kind chunked needs --chunk-size")
-    if args.kind != "chunked" and (args.chunk_size or args.preload_nchunks):
+    if args.kind != "chunked" and (args.chunk_size, args.preload_nchunks) != (None, None):
         raise UsageError("--chunk-size and --preload-nchunks apply to --kind chunked only")
     if args.world_size * args.epochs > MAX_FILES:
         raise UsageError(
