@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -468,3 +469,17 @@ def test_take_of_a_view_larger_than_memory_is_an_overflow_error() -> None:
     np.testing.assert_array_equal(
         p.take(np.broadcast_to(np.int64(1), (3, 2))), np.full((3, 2), p[1])
     )
+
+
+def test_chunked_windows_far_apart_are_shuffled_apart() -> None:
+    # Chunks of 2, one chunk a window: each window keeps or swaps its pair by
+    # its own key. Windows 2^32 apart must not share keys (a key index cut to
+    # 32 bits would make the 64 pairs below agree).
+    p = ep.Permutation(2**34, seed=0, kind="chunked", chunk_size=2, preload_nchunks=1)
+    near = np.arange(64, dtype=np.int64) * 2
+    far = near + 2 * 2**32
+
+    def swapped(first: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        return p.take(first) > p.take(first + 1)
+
+    assert (swapped(near) != swapped(far)).any()

@@ -208,6 +208,19 @@ def test_py1s_in_many_pieces() -> None:
         epochplan.set_num_threads(0)
 
 
+def test_py1s_vector_walk_batches_at_the_mask_change() -> None:
+    # Seeds where a batch of the vector walk starts just below a smaller mask
+    # and its first candidates are all accepted (found by search: about one
+    # seed in 700,000 reaches it).
+    sizes = np.array([301, 70_000], dtype=np.int64)
+    try:
+        epochplan.set_num_threads(2)
+        for epoch in (667_184, 1_431_800):
+            _assert_matches("py1s", sizes, 1, 0, epoch, 1 << 18)
+    finally:
+        epochplan.set_num_threads(0)
+
+
 def test_py1e_large_node_in_segments() -> None:
     # One canonical node of 1.7 x 10^7 samples: on two threads it is sorted in
     # segments of its shifted positions, each by its own task.
@@ -247,6 +260,14 @@ def test_py1e_warns_like_streaming() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         get_shuffle("py1e", sizes, 1, 0, 0, 4096)
+    # Pieces of 6 and blocks in [6, 10): a block equal to its piece is not
+    # smaller, on the threads that plan pieces ahead too.
+    try:
+        for threads in (1, 2):
+            epochplan.set_num_threads(threads)
+            _assert_matches("py1e", np.full(11_000, 6, dtype=np.int64), 2, 0, 0, 8)
+    finally:
+        epochplan.set_num_threads(0)
 
 
 def test_tie_rule_is_stable_order() -> None:

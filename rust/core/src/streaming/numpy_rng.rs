@@ -762,7 +762,10 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    #[ignore = "minutes in a debug build; run with --release -- --ignored"]
+    #[cfg_attr(
+        debug_assertions,
+        ignore = "minutes in a debug build; run with --release"
+    )]
     fn vector_walk_at_bounds_of_2_pow_31_and_more() {
         // Bounds of 2^31 and more are judged one candidate at a time.
         if !vector_walk_available() {

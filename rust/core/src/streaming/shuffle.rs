@@ -1471,6 +1471,24 @@ mod tests {
     }
 
     #[test]
+    fn segments_cut_at_the_right_pieces_over_many_epochs() {
+        // A piece whose shifts can cross a segment's start is counted and
+        // sorted on both sides; a wrong margin shows in a few epochs of
+        // hundreds only (373, 403 and 504 when the lower margin was +1).
+        let _threads = parallel::test_threads_lock();
+        let sizes: Vec<i64> = (0..500).map(|i| (i * 7919) % 300 + 1).collect();
+        let n = total_samples(&sizes).unwrap();
+        let epochs = if cfg!(debug_assertions) { 40 } else { 640 };
+        parallel::set_num_threads(2);
+        for epoch in 0..epochs {
+            let whole = py1e(&sizes, n, 1, 8, epoch, 256, i64::MAX / 4).unwrap();
+            let cut = py1e(&sizes, n, 1, 8, epoch, 256, 4096).unwrap();
+            assert_eq!(whole, cut, "epoch {epoch}");
+        }
+        parallel::set_num_threads(0);
+    }
+
+    #[test]
     fn in_pieces_runs_every_piece_once_and_reports_the_first_failure() {
         let _threads = parallel::test_threads_lock();
         // Piece k shuffles k + 2 values and records the first; a piece
