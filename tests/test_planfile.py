@@ -435,35 +435,27 @@ def test_bad_manifest(plan_dir: Path, change: dict[str, object], match: str) -> 
         verify_plan(plan_dir)
 
 
-@pytest.mark.parametrize("key", ["count", "bytes"])
-def test_float_sizes_in_the_manifest(plan_dir: Path, key: str) -> None:
-    # 38.0 == 38 in Python: each entry's numbers must be ints, not just equal.
+@pytest.mark.parametrize(
+    ("key", "edit", "match"),
+    [
+        # 38.0 == 38 in Python: each entry's numbers must be ints, not just equal.
+        ("count", float, r"files\[0\] 'count' is \d+\.0, expected \d+"),
+        ("bytes", float, r"files\[0\] 'bytes' is \d+\.0, expected \d+"),
+        ("blake3", lambda _: "abc", r"files\[0\] has no valid 'blake3' checksum"),
+        ("blake3", lambda _: None, r"files\[0\] has no valid 'blake3' checksum"),
+        ("blake3", lambda _: 7, r"files\[0\] has no valid 'blake3' checksum"),
+    ],
+)
+def test_bad_file_entry_in_the_manifest(
+    plan_dir: Path, key: str, edit: Callable[[object], object], match: str
+) -> None:
     m = json.loads((plan_dir / MANIFEST).read_text())
-    m["files"][0][key] = float(m["files"][0][key])
+    m["files"][0][key] = edit(m["files"][0][key])
     (plan_dir / MANIFEST).write_text(json.dumps(m))
-    match = rf"manifest\.json: files\[0\] '{key}' is \d+\.0, expected \d+"
-    with pytest.raises(PlanError, match=match):
+    with pytest.raises(PlanError, match=rf"manifest\.json: {match}"):
         open_plan(plan_dir)
-    with pytest.raises(PlanError, match=match):
+    with pytest.raises(PlanError, match=rf"manifest\.json: {match}"):
         verify_plan(plan_dir)
-
-
-@pytest.mark.parametrize("digest", ["abc", None, 7])
-def test_malformed_checksum_in_the_manifest(plan_dir: Path, digest: object) -> None:
-    m = json.loads((plan_dir / MANIFEST).read_text())
-    m["files"][0]["blake3"] = digest
-    (plan_dir / MANIFEST).write_text(json.dumps(m))
-    match = r"manifest\.json: files\[0\] has no valid 'blake3' checksum"
-    with pytest.raises(PlanError, match=match):
-        open_plan(plan_dir)
-    with pytest.raises(PlanError, match=match):
-        verify_plan(plan_dir)
-
-
-def test_repeated_epochs_are_refused_before_any_write(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"epochs must be distinct, got \[1, 1\]"):
-        write_plan(tmp_path / "p", 100, 10, 2, epochs=(1, 1))
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_chunk_parameter_ranges_are_named(tmp_path: Path) -> None:
