@@ -11,7 +11,8 @@ import numpy.typing as npt
 
 from epochplan._native import EpochPlan
 from epochplan.planfile import PlanDirectory, PlanError, _RankFile, open_plan
-from epochplan.torch import ElasticBatchSampler, RankProvider
+from epochplan.torch.elastic import ElasticBatchSampler
+from epochplan.torch.rank import RankProvider
 
 # The kind of the plan a sampler of a uniform plan directory builds for its
 # step layout: every kind has the same steps, sizes and weights, and this one

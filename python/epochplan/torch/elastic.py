@@ -1,0 +1,398 @@
+"""Equal-step, weighted micro-batches of an epoch plan for
+``DataLoader(batch_sampler=...)``: :class:`ElasticBatchSampler`, and
+:class:`ChunkSampler` for chunked storage."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator, Sized
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch.utils.data import Sampler
+
+from epochplan._args import bool_arg, int_arg, is_bool
+from epochplan._native import MAX_SAMPLES, EpochPlan
+from epochplan.torch._resume import keeps_set_epoch
+from epochplan.torch.collate import WeightedCollate, WeightedDataset, WeightedIndices
+from epochplan.torch.rank import RankProvider, resolve_rank
+
+__all__ = ["ChunkSampler", "ElasticBatchSampler"]
+
+
+def _num_samples_of(value: object, name: str) -> int:
+    """N from a dataset (its length) or an int. An array or a tensor is a
+    dataset even when it could stand for an int (``torch.tensor([7])`` holds
+    one sample, not seven); only a 0-d one, which has no length, is an int."""
+    if is_bool(value):
+        raise TypeError(f"{name} must be an int or a sized dataset, got {type(value).__name__}")
+    n = None
+    if isinstance(value, Sized):
+        try:
+            n = len(value)
+        except TypeError:
+            pass  # a 0-d array or tensor: no length
+        except (OverflowError, ValueError) as e:
+            raise ValueError(
+                f"{name} must hold [0, 2**63 - 1] samples, but its len() failed: {e}"
+            ) from None
+    if n is None:
+        try:
+            n = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(
+                f"{name} must be an int or a sized dataset, got {type(value).__name__}"
+            ) from None
+    if not 0 <= n <= MAX_SAMPLES:
+        raise ValueError(f"{name} must hold [0, 2**63 - 1] samples, got {n}")
+    return n
+
+
+class ElasticBatchSampler(Sampler[WeightedIndices]):
+    """Equal-step, weighted micro-batches of an :class:`~epochplan.EpochPlan`.
+
+    For ``DataLoader(batch_sampler=...)``. Step ``t`` holds positions
+    ``[t*G, min((t+1)*G, N))`` of the epoch's order (``G = global_batch_size``),
+    whatever the world size; rank ``r`` gets the step's positions ``r, r + W, ...``, cut
+    into the same number of micro-batches (at most ``micro_batch_size`` each) on
+    every rank, with zero-weight fillers where a rank runs short: DDP never hangs
+    and needs no ``Join``. Every sample has a non-zero weight exactly once an
+    epoch; nothing is padded or dropped (unless ``drop_last`` drops the short
+    last step).
+
+    Each item is a :class:`WeightedIndices`: a list of sample ids with
+    ``.weights``, ``.step`` and ``.step_end``. The loss rule: per micro-batch,
+    ``loss = (weights * per_sample_loss).sum()``; backward accumulates; step the
+    optimizer after the micro-batch with ``step_end``; DDP's average over ranks
+    then makes the update the mean gradient over the step's samples, for any
+    world size and micro-batch size.
+
+    Weights through a DataLoader: the sampler runs in the main process and
+    collate in the workers, so the weights travel inside the yielded
+    :class:`WeightedIndices`. Wrap the dataset with :meth:`wrap_dataset` and use
+    :meth:`collate` as ``collate_fn``; each batch is then a
+    :class:`WeightedBatch` ``(data, sample_weight, indices, step, step_end)``,
+    for any ``num_workers``.
+
+    Resuming: ``state_dict()`` / ``load_state_dict()`` follow torchdata's
+    Stateful protocol (works inside ``StatefulDataLoader``, which saves the
+    state at the batch it hands out; keep its ``snapshot_every_n_steps=1``,
+    the default: with a larger interval it restores an older snapshot and
+    skips the batches handed out since, which assumes a resume at the exact
+    batch, not at the step's start). The state is the plan's state
+    (``EpochPlan.state_dict()``: constant size, no world size in it), so a
+    state saved on W ranks loads on any W'. The cursor is always a step
+    boundary: after the last micro-batch of step ``t`` it points at step
+    ``t + 1``; saved mid-step, it points at the start of the current step,
+    whose micro-batches are then all replayed. A checkpoint saved mid-step
+    holds the model of the last optimizer step (the partial step's gradients
+    are lost), so replaying the whole step keeps every sample in exactly one
+    optimizer update. With a plain ``DataLoader`` and ``num_workers > 0`` the
+    sampler runs ahead of the training loop (prefetching); save
+    ``state_dict_at_step(batch.step + 1)`` after an optimizer step instead.
+    ``load_state_dict`` also restores the epoch and seed; the next iteration
+    starts at the saved step, later ones at step 0. ``set_epoch(e)`` with a
+    new epoch starts that epoch at step 0 (the same epoch keeps a loaded
+    cursor).
+
+    Subclassing: the plan comes from :meth:`_build_plan` and one step's ids
+    from :meth:`_step_ids`; a subclass serving precomputed plans (e.g. from
+    files) overrides those two only. The micro-batches are always cut with
+    ``plan.split_step(step, rank, W, micro_batch_size, ids)``.
+
+    Args:
+        data_source_or_num_samples: the dataset (anything with ``len()``) or N.
+        global_batch_size: samples per optimizer step over all ranks (G).
+        micro_batch_size: the most samples per micro-batch on a rank (b).
+        num_replicas: the world size; default: see :func:`resolve_rank`.
+        rank: this process's rank; default: see :func:`resolve_rank`.
+        seed: the order's seed, the same on every rank.
+        kind: the order: ``"cipher"`` (default), ``"uniform"``, ``"chunked"``,
+            ``"identity"``.
+        drop_last: drop the short last step.
+        chunk_size: samples per chunk (``kind="chunked"``).
+        preload_nchunks: chunks per shuffle window (``kind="chunked"``; 1 when not
+            given).
+        rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
+
+    Example:
+        >>> sampler = ElasticBatchSampler(9, 9, 4, num_replicas=2, rank=1, seed=0)
+        >>> [len(mb) for mb in sampler], len(sampler)
+        ([2, 2], 2)
+        >>> loader = torch.utils.data.DataLoader(  # doctest: +SKIP
+        ...     sampler.wrap_dataset(dataset), batch_sampler=sampler,
+        ...     collate_fn=sampler.collate(), num_workers=2)
+        >>> for batch in loader:  # doctest: +SKIP
+        ...     x, y = batch.data
+        ...     loss = (batch.sample_weight * loss_fn(model(x), y)).sum()
+    """
+
+    def __init__(
+        self,
+        data_source_or_num_samples: Sized | int,
+        global_batch_size: int,
+        micro_batch_size: int,
+        *,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int = 0,
+        kind: str = "cipher",
+        drop_last: bool = False,
+        chunk_size: int | None = None,
+        preload_nchunks: int | None = None,
+        rank_fn: RankProvider | None = None,
+    ) -> None:
+        self.num_samples = _num_samples_of(data_source_or_num_samples, "data_source_or_num_samples")
+        self.micro_batch_size = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_SAMPLES)
+        self.rank, self.num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
+        self.global_batch_size = global_batch_size
+        self.seed = seed
+        self.kind = kind
+        self.drop_last = bool_arg(drop_last, "drop_last")
+        self.chunk_size = chunk_size
+        self.preload_nchunks = preload_nchunks
+        self.epoch = 0
+        self._resume: int | None = None
+        self._next_step = 0
+        self._epoch_set = False  # see keeps_set_epoch
+        self._plan = self._build_plan(0)
+
+    # -- the two hooks a subclass may override ---------------------------------
+
+    def _build_plan(self, epoch: int) -> EpochPlan:
+        """The plan of ``epoch`` (cursor 0); called at construction, by
+        :meth:`set_epoch` and by :meth:`load_state_dict`."""
+        return EpochPlan(
+            self.num_samples,
+            self.global_batch_size,
+            seed=self.seed,
+            epoch=epoch,
+            kind=self.kind,
+            drop_last=self.drop_last,
+            chunk_size=self.chunk_size,
+            preload_nchunks=self.preload_nchunks,
+        )
+
+    def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
+        """This rank's real sample ids of ``step``, in dealing order (what
+        ``self.plan.step_indices(step, rank, num_replicas)`` gives)."""
+        return self._plan.step_indices(step, self.rank, self.num_replicas)
+
+    # --------------------------------------------------------------------------
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan (from step 0)."""
+        return self._plan
+
+    def step_micro_batches(self, step: int) -> list[WeightedIndices]:
+        """This rank's micro-batches of ``step``."""
+        plan, w, b = self._plan, self.num_replicas, self.micro_batch_size
+        batches = plan.split_step(step, self.rank, w, b, self._step_ids(step))
+        last = len(batches) - 1
+        return [
+            WeightedIndices(ids.tolist(), weights, step, m == last)
+            for m, (ids, weights) in enumerate(batches)
+        ]
+
+    def __iter__(self) -> Iterator[WeightedIndices]:
+        # A DataLoader calls iter() more than once before it takes the first batch, so
+        # a loaded position is consumed at the first next(), not here.
+        self._next_step = self._resume or 0
+        return self._generate()
+
+    def _generate(self) -> Iterator[WeightedIndices]:
+        first, self._resume = (self._resume or 0), None
+        self._next_step = first
+        plan = self._plan
+        for step in range(first, plan.num_steps):
+            for batch in self.step_micro_batches(step):
+                # The epoch's batches and the progress a state records belong to
+                # one plan: a set_epoch or load_state_dict in the middle would mix
+                # two epochs (and a state saved then would skip the new one).
+                if self._plan is not plan:
+                    raise RuntimeError(
+                        "set_epoch() or load_state_dict() was called while an iteration "
+                        "of this sampler was running; start a new iteration after it"
+                    )
+                # Where a resume would start if this is the last batch consumed.
+                self._next_step = step + 1 if batch.step_end else step
+                yield batch
+
+    def __len__(self) -> int:
+        """Micro-batches the next iteration yields (the same on every rank)."""
+        plan = self._plan
+        total = plan.total_micro_batches(self.num_replicas, self.micro_batch_size)
+        first = self._resume or 0
+        if first >= plan.num_steps:
+            return 0
+        if first == 0:
+            return total
+        # Steps before `first` are full steps: all have the same count.
+        return total - first * plan.num_micro_batches(0, self.num_replicas, self.micro_batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts ``epoch`` at step 0 (a no-op if it is the current epoch)."""
+        epoch = int_arg(epoch, "epoch")
+        if epoch != self.epoch:
+            self._plan = self._build_plan(epoch)
+            self.epoch = epoch
+            self._resume, self._next_step = None, 0
+        self._epoch_set = True
+
+    def state_dict_at_step(self, step: int) -> dict[str, Any]:
+        """The state that resumes this epoch at ``step`` (0 to ``plan.num_steps``)."""
+        step = int_arg(step, "step")
+        plan = self._plan
+        if not 0 <= step <= plan.num_steps:
+            raise IndexError(f"step must be in [0, {plan.num_steps}], got {step}")
+        state = plan.state_dict()
+        state["cursor"] = min(step * plan.global_batch_size, plan.num_samples)
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The plan's state at the step a resume starts with (see the class docs)."""
+        step = self._resume if self._resume is not None else self._next_step
+        return self.state_dict_at_step(step)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores a state saved on any world size: the next iteration starts at
+        its step. The sample count, global batch size, kind, chunk_size,
+        preload_nchunks and drop_last must match this sampler's; the seed and
+        epoch are taken from the state."""
+        try:
+            saved = EpochPlan.from_state_dict(state_dict)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise type(e)(f"state_dict: {e}") from None
+        mine = self._plan
+        for key in ("num_samples", "global_batch_size", "kind", "chunk_size", "preload_nchunks"):
+            if getattr(saved, key) != getattr(mine, key):
+                raise ValueError(
+                    f"state_dict[{key!r}] is {getattr(saved, key)!r} but this sampler has "
+                    f"{key}={getattr(mine, key)!r}"
+                )
+        if saved.drop_last != mine.drop_last:
+            raise ValueError(
+                f"state_dict['drop_last'] is {saved.drop_last} but this sampler has "
+                f"drop_last={mine.drop_last}"
+            )
+        keep = keeps_set_epoch(self._epoch_set, self.epoch, saved.epoch, not saved.remaining_steps)
+        epoch, step = (self.epoch, 0) if keep else (saved.epoch, saved.start_step)
+        # The plan is built under the saved seed; nothing changes if that fails.
+        seed, self.seed = self.seed, saved.seed
+        try:
+            if not keep and type(self)._build_plan is ElasticBatchSampler._build_plan:
+                # The saved plan is this epoch's: its order (a table of N ids for
+                # "uniform") is not built a second time.
+                plan = saved.at_step(0)
+            else:
+                plan = self._build_plan(epoch)
+        except BaseException:
+            self.seed = seed
+            raise
+        self.epoch = epoch
+        self._plan = plan
+        self._resume = self._next_step = step
+        self._epoch_set = keep
+
+    @staticmethod
+    def wrap_dataset(dataset: Any) -> WeightedDataset:
+        """The dataset for ``DataLoader(...)`` so weights reach :meth:`collate`."""
+        return WeightedDataset(dataset)
+
+    @staticmethod
+    def collate(
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> WeightedCollate:
+        """A ``collate_fn`` yielding :class:`WeightedBatch` (see :class:`WeightedCollate`)."""
+        return WeightedCollate(collate_fn, dtype)
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.kind == "chunked":
+            extra = f", chunk_size={self.chunk_size}, preload_nchunks={self.preload_nchunks}"
+        return (
+            f"{type(self).__name__}(num_samples={self.num_samples}, "
+            f"global_batch_size={self.global_batch_size}, "
+            f"micro_batch_size={self.micro_batch_size}, num_replicas={self.num_replicas}, "
+            f"rank={self.rank}, seed={self.seed}, kind={self.kind!r}{extra}, "
+            f"drop_last={self.drop_last}, epoch={self.epoch})"
+        )
+
+
+class ChunkSampler(ElasticBatchSampler):
+    """Batches for chunked storage (zarr chunks, parquet row groups, shards).
+
+    An :class:`ElasticBatchSampler` over the ``"chunked"`` order: the chunks
+    (``chunk_size`` consecutive sample ids) are visited in a keyed random order,
+    and the samples of each window of ``preload_nchunks`` consecutive chunks (in
+    that order) are shuffled among themselves. Reading positions in order
+    touches at most ``preload_nchunks`` chunks per window, so a loader can
+    preload one window and serve it from memory. Windows are consecutive runs
+    of positions; when ``chunk_size`` does not divide N, the short last chunk
+    shortens its window, and later windows start ``chunk_size - N % chunk_size``
+    positions before the multiples of ``chunk_size * preload_nchunks``.
+    Distributed, exact, elastic and resumable like :class:`ElasticBatchSampler`
+    (same items, state and weights).
+
+    ``batch_size`` is the global batch size (samples per step over all ranks),
+    so the global batches do not depend on the world size; by default each rank
+    gets one micro-batch of at most ``ceil(batch_size / num_replicas)`` samples
+    per step (``micro_batch_size=`` splits it further). On one process this is
+    the usual per-loader batch size.
+
+    Example:
+        >>> sampler = ChunkSampler(100, chunk_size=10, preload_nchunks=2, batch_size=8,
+        ...                        num_replicas=1, rank=0)
+        >>> len(sampler), len(next(iter(sampler)))
+        (13, 8)
+    """
+
+    def __init__(
+        self,
+        num_samples: Sized | int,
+        chunk_size: int,
+        preload_nchunks: int,
+        batch_size: int,
+        *,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        micro_batch_size: int | None = None,
+        rank_fn: RankProvider | None = None,
+    ) -> None:
+        # Checked here so that messages name this class's arguments.
+        num_samples = _num_samples_of(num_samples, "num_samples")
+        batch_size = int_arg(batch_size, "batch_size", 1, MAX_SAMPLES)
+        # Required here (None would fall back to ElasticBatchSampler's default).
+        chunk_size = int_arg(chunk_size, "chunk_size", 1, MAX_SAMPLES)
+        preload_nchunks = int_arg(preload_nchunks, "preload_nchunks", 1, MAX_SAMPLES)
+        rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
+        if micro_batch_size is None:
+            micro_batch_size = -(-batch_size // num_replicas)
+        super().__init__(
+            num_samples,
+            batch_size,
+            micro_batch_size,
+            num_replicas=num_replicas,
+            rank=rank,
+            seed=seed,
+            kind="chunked",
+            drop_last=drop_last,
+            chunk_size=chunk_size,
+            preload_nchunks=preload_nchunks,
+        )
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return (
+            f"ChunkSampler(num_samples={self.num_samples}, chunk_size={self.chunk_size}, "
+            f"preload_nchunks={self.preload_nchunks}, batch_size={self.batch_size}, "
+            f"num_replicas={self.num_replicas}, rank={self.rank}, seed={self.seed}, "
+            f"drop_last={self.drop_last}, micro_batch_size={self.micro_batch_size}, "
+            f"epoch={self.epoch})"
+        )
