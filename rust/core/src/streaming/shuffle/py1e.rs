@@ -1,0 +1,298 @@
+//! Streaming's `py1e`: the canonical nodes of `py1s`, each sample's position
+//! moved by a uniform shift within its piece's random block, each node sorted
+//! by the shifted positions.
+//!
+//! A piece of `size` samples at `offset` in a node of `L` draws a block as
+//! `py1br` does and shifts its positions by `uniform(lower, upper)`, with
+//! `cutoff = max((block - size) / 2, 0)`, `lower = max(-cutoff, -offset)` and
+//! `upper = min(cutoff, L - offset - size)`: no shifted position leaves the
+//! node, and none lies more than half the largest block from its position.
+//! That bound is what makes the sort fast ([`SortScratch`]'s buckets are
+//! written out as soon as no later position can reach them) and what lets a
+//! large node be sorted in `segments`. Numpy's `argsort` is unstable; equal
+//! shifted positions here keep their position order (see the parent module).
+//!
+//! On one thread, [`Py1eBlocks::node`] runs each node in turn. On more, a
+//! node is one task: `walk`'s generator thread records the node's swap
+//! partners and skips its block and shift draws, and the node's task
+//! shuffles by the partners and sorts from the generator's state after the
+//! shuffles. A large node is planned for `segments` instead, and sorted by
+//! several tasks.
+
+use super::py1br::{draw_between, scaled_block};
+use super::segments::Segments;
+use super::sort::{SortScratch, FINE_BITS};
+use super::spans::{node_spans, Span};
+use super::walk::{
+    draw_partners, fill_shuffled, fill_with_partners, go_parallel, in_pieces, lock, PartnerPool,
+    OUTSTANDING_PER_THREAD,
+};
+use crate::buffer::{prefault, zeroed_ids};
+use crate::error::{Error, Result};
+use crate::parallel;
+use crate::streaming::numpy_rng::Generator;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// The `py1e` parameters shared by every canonical node.
+#[derive(Clone, Copy)]
+pub(super) struct Py1eBlocks {
+    pub(super) low: i128,
+    pub(super) high: i128,
+    pub(super) block_size: u64,
+}
+
+impl Py1eBlocks {
+    /// The shift range `(lower, upper)` of a piece of `size` samples at
+    /// `offset` in a node of `node_len`, for a drawn block.
+    fn bounds(block: i64, size: i64, offset: i64, node_len: i64) -> (f64, f64) {
+        let cutoff = ((i128::from(block) - i128::from(size)) as f64 / 2.0).max(0.0);
+        let lower = (-cutoff).max(-(offset as f64));
+        let upper = cutoff.min((node_len - offset - size) as f64);
+        (lower, upper)
+    }
+
+    /// How far a shifted position can lie from its position: half the
+    /// largest block, plus a margin for rounding.
+    pub(super) fn reach(&self) -> f64 {
+        (self.high - 1).max(0) as f64 / 2.0 + 2.0
+    }
+
+    /// Advances `rng` past a node's block and shift draws exactly as
+    /// [`Py1eBlocks::sort_node`] would, without the samples, and gives
+    /// `at_shifts` each piece's shift bounds and the generator at its first
+    /// shift. Returns whether a block was smaller than its piece.
+    pub(super) fn skip_blocks(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        mut at_shifts: impl FnMut((f64, f64), &Generator),
+    ) -> Result<bool> {
+        let node_len = node.iter().map(|&(begin, end)| end - begin).sum();
+        let mut small = false;
+        let mut offset = 0;
+        for &(begin, end) in node {
+            let size = end - begin;
+            let block = draw_between(rng, self.low, self.high, self.block_size)?;
+            small |= block < size;
+            at_shifts(Self::bounds(block, size, offset, node_len), rng);
+            // uniform() takes one 64-bit draw per sample.
+            rng.bit_generator().advance(size as u128);
+            offset += size;
+        }
+        Ok(small)
+    }
+
+    /// One canonical node: its pieces' samples shuffled, then sorted as
+    /// [`Py1eBlocks::sort_node`] does.
+    fn node(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        out: &mut [i64],
+        scratch: &mut SortScratch,
+    ) -> Result<bool> {
+        fill_shuffled(rng, node, out);
+        self.sort_node(rng, node, out, scratch)
+    }
+
+    /// The samples of one canonical node (`out`, its pieces shuffled in
+    /// position order) with each position shifted within its piece's random
+    /// block, sorted by shifted position. Returns whether a block was
+    /// smaller than its piece.
+    fn sort_node(
+        &self,
+        rng: &mut Generator,
+        node: &[Span],
+        out: &mut [i64],
+        scratch: &mut SortScratch,
+    ) -> Result<bool> {
+        let node_len = out.len() as i64;
+        scratch.begin(out.len());
+        // Every shift is at most half the largest block: once positions up
+        // to `j` are pushed, no later key falls below `j - reach` (plus a
+        // margin for rounding), so the buckets below are final and written
+        // out while they are still in cache.
+        let reach = self.reach();
+        let stride = 1i64 << FINE_BITS;
+        let mut small = false;
+        let mut offset: i64 = 0;
+        for &(begin, end) in node {
+            let size = end - begin;
+            let block = draw_between(rng, self.low, self.high, self.block_size)?;
+            small |= block < size;
+            let (lower, upper) = Self::bounds(block, size, offset, node_len);
+            let mut g = rng.clone();
+            let mut j = offset;
+            while j < offset + size {
+                let stop = (j + stride).min(offset + size);
+                for p in j..stop {
+                    scratch.push(shifted(p, &mut g, lower, upper), out[p as usize]);
+                }
+                j = stop;
+                scratch.flush_below(j as f64 - reach, out);
+                scratch.check_memory()?;
+            }
+            *rng = g;
+            offset += size;
+        }
+        scratch.finish(out);
+        scratch.check_memory()?;
+        Ok(small)
+    }
+}
+
+/// `py1e`'s shifted position of position `p`: one shift drawn from `g`. The
+/// one expression for the sort and for the sizes of its segments, so that
+/// they agree to the bit.
+#[inline(always)]
+pub(super) fn shifted(p: i64, g: &mut Generator, lower: f64, upper: f64) -> f64 {
+    p as f64 + g.uniform(lower, upper)
+}
+
+/// Sort buffers, reused across the nodes and segments of a run (fresh pages
+/// are slow to fault in): a task takes one from the pool, or makes one, and
+/// returns it.
+pub(super) type ScratchPool = Mutex<Vec<SortScratch>>;
+
+/// Shifted positions per segment of a large canonical node: each segment is
+/// sorted by a task of its own.
+pub(super) const PY1E_SEGMENT: i64 = 1 << 23;
+
+/// How the generator's thread hands a canonical node of `py1e` to a task.
+enum NodeWork {
+    /// The swap partners of its shuffles, and the generator after them.
+    Partners(Vec<u32>, Generator),
+    /// A large node, sorted in segments.
+    Segments(Segments),
+    /// Neither (too many partners to record, or no memory for them): the
+    /// task runs the node from the generator's state at its start.
+    FromStart,
+}
+
+pub(super) fn py1e(
+    shard_sizes: &[i64],
+    num_samples: u64,
+    ncn: u64,
+    run_seed: u128,
+    epoch_seed: u128,
+    block_size: u64,
+    segment_len: i64,
+) -> Result<(Vec<i64>, bool)> {
+    let ((spans, parts), mut rng) =
+        node_spans(shard_sizes, num_samples, ncn, run_seed, epoch_seed)?;
+    let node_len = |&(first, last): &(usize, usize)| -> i64 {
+        spans[first..last].iter().map(|&(b, e)| e - b).sum()
+    };
+    if parts.iter().any(|p| node_len(p) == 0) {
+        return Err(Error::Value(format!(
+            "num_canonical_nodes={ncn} leaves a canonical node without samples \
+             ({num_samples} samples in all): py1e needs at least one sample per canonical node"
+        )));
+    }
+    let blocks = Py1eBlocks {
+        low: scaled_block(0.75, block_size),
+        high: scaled_block(1.25, block_size),
+        block_size,
+    };
+    let mut ids = zeroed_ids(num_samples, "the shuffled sample ids")?;
+    let one_task = |part: &(usize, usize)| {
+        blocks.segment_count(&spans[part.0..part.1], node_len(part), segment_len) == 1
+    };
+    if !go_parallel(num_samples) || (parts.len() == 1 && one_task(&parts[0])) {
+        let mut scratch = SortScratch::default();
+        let mut small = false;
+        let mut rest: &mut [i64] = &mut ids;
+        for part in &parts {
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
+            rest = tail;
+            let node = &spans[part.0..part.1];
+            small |= blocks.node(&mut rng, node, out, &mut scratch)?;
+        }
+        return Ok((ids, small));
+    }
+    // The sorts are cache-bound: clearing fresh pages of the output in the
+    // middle of them would evict their buckets, so the pages are faulted in
+    // first.
+    prefault(&mut ids);
+    let pool = ScratchPool::default();
+    let partner_pool = PartnerPool::default();
+    let small = AtomicBool::new(false);
+    let mut rest: &mut [i64] = &mut ids;
+    let nodes = parts.iter().map(|part| {
+        let (out, tail) = std::mem::take(&mut rest).split_at_mut(node_len(part) as usize);
+        rest = tail;
+        (&spans[part.0..part.1], out)
+    });
+    // The generator's thread draws each node's swap partners (as py1s does)
+    // and skips its block and shift draws; the task shuffles by the partners
+    // and sorts from the generator's state after the shuffles. A large node
+    // is planned for its segments instead.
+    in_pieces(
+        &mut rng,
+        nodes,
+        OUTSTANDING_PER_THREAD * parallel::num_threads(),
+        |rng, (node, out)| {
+            let count = blocks.segment_count(node, out.len() as i64, segment_len);
+            if count > 1 {
+                let (plan, smaller) = blocks.plan_segments(rng, node, count)?;
+                small.fetch_or(smaller, Ordering::Relaxed);
+                return Ok(NodeWork::Segments(plan));
+            }
+            let partners = draw_partners(rng, node, &partner_pool);
+            let shuffled = rng.clone();
+            let smaller = blocks.skip_blocks(rng, node, |_, _| {})?;
+            small.fetch_or(smaller, Ordering::Relaxed);
+            Ok(match partners {
+                Some(partners) => NodeWork::Partners(partners, shuffled),
+                None => NodeWork::FromStart,
+            })
+        },
+        |rng, (node, out), work| {
+            let smaller = match work {
+                Some(NodeWork::Segments(plan)) => {
+                    blocks.sort_segments(&plan, node, out, &pool)?;
+                    false
+                }
+                Some(NodeWork::Partners(partners, shuffled)) => {
+                    fill_with_partners(node, &partners, out);
+                    lock(&partner_pool).push(partners);
+                    *rng = shuffled;
+                    let mut scratch = lock(&pool).pop().unwrap_or_default();
+                    let smaller = blocks.sort_node(rng, node, out, &mut scratch);
+                    lock(&pool).push(scratch);
+                    smaller?
+                }
+                Some(NodeWork::FromStart) | None => {
+                    let mut scratch = lock(&pool).pop().unwrap_or_default();
+                    let smaller = blocks.node(rng, node, out, &mut scratch);
+                    lock(&pool).push(scratch);
+                    smaller?
+                }
+            };
+            small.fetch_or(smaller, Ordering::Relaxed);
+            Ok(())
+        },
+    )?;
+    Ok((ids, small.into_inner()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::streaming::shuffle::{get_shuffle, Algo};
+
+    #[test]
+    fn parallel_errors_are_errors() {
+        let _threads = parallel::test_threads_lock();
+        // A block size that gives no valid random block fails in the first
+        // node, skipped or run, on any number of threads.
+        let sizes = vec![1000i64; 300];
+        for threads in [1, 2, 4] {
+            parallel::set_num_threads(threads);
+            let out = get_shuffle(Algo::Py1e, &sizes, 6, 1, 2, 0);
+            parallel::set_num_threads(0);
+            assert!(matches!(out, Err(Error::Value(_))), "{threads} threads");
+        }
+    }
+}
