@@ -18,12 +18,16 @@ import numpy as np
 import pytest
 
 import epochplan as ep
-from epochplan import _native, planfile
+from epochplan import _native
 from epochplan.planfile import (
     MANIFEST,
     PlanError,
+    PlanSpec,
     open_plan,
+    publish,
+    verify,
     verify_plan,
+    write,
     write_plan,
 )
 
@@ -226,7 +230,7 @@ def test_force_on_the_current_directory(tmp_path: Path, monkeypatch: pytest.Monk
 def test_force_swaps_the_plans_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Where the system swaps two paths atomically, the old plan is never
     # moved aside: NAME holds a whole plan, old or new, at every moment.
-    if planfile._renameat2() is None:
+    if publish.renameat2() is None:
         pytest.skip("no renameat2 here")
     out = tmp_path / "p"
     write_plan(out, 100, 10, 2)
@@ -243,7 +247,7 @@ def test_force_swaps_the_plans_in_one_step(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_force_without_an_atomic_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planfile, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(publish, "exchange", lambda a, b: False)
     out = tmp_path / "p"
     write_plan(out, 100, 10, 2)
     assert write_plan(out, 60, 10, 3, force=True).world_size == 3
@@ -269,7 +273,7 @@ def test_failed_replacement_keeps_the_old_plan(
             raise OSError(16, "Device or resource busy")
         return rename(self, target)
 
-    monkeypatch.setattr(planfile, "_exchange", failing_exchange)
+    monkeypatch.setattr(publish, "exchange", failing_exchange)
     monkeypatch.setattr(Path, "rename", failing_rename)
     with pytest.raises(PlanError, match="cannot write: Device or resource busy"):
         write_plan(out, 60, 10, 3, force=True)
@@ -1048,7 +1052,7 @@ def test_disk_need_counts_whole_blocks(tmp_path: Path, monkeypatch: pytest.Monke
 def test_uniform_plans_need_the_permutation_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(planfile, "_available_memory", lambda: 100_000)
+    monkeypatch.setattr(write, "available_memory", lambda: 100_000)
     with pytest.raises(PlanError, match=r"kind='uniform' holds the whole permutation in memory"):
         write_plan(tmp_path / "p", 10_000, 100, 2, kind="uniform")
     assert list(tmp_path.iterdir()) == []
@@ -1061,8 +1065,11 @@ def test_verifying_needs_the_permutation_only_when_steps_leave_ids_out(
 ) -> None:
     # A bitmap of N/8 = 12.5 MB; with drop_last and N % G, the uniform
     # permutation too (1.6 GB at N = 10^8).
-    monkeypatch.setattr(planfile, "_available_memory", lambda: 10**9)
-    check = planfile._check_verify_memory
+    monkeypatch.setattr(verify, "available_memory", lambda: 10**9)
+
+    def check(path: Path, n: int, g: int, kind: str, drop_last: bool) -> None:
+        verify.check_verify_memory(path, PlanSpec(n, g, 0, kind, None, None, drop_last))
+
     check(tmp_path, 10**8, 1000, "uniform", True)
     check(tmp_path, 10**8 + 1, 1000, "uniform", False)
     check(tmp_path, 10**8 + 1, 1000, "cipher", True)

@@ -18,6 +18,7 @@ from epochplan._native import (
 )
 from epochplan._split import split
 from epochplan._types import MicroBatch
+from epochplan._version import __version__ as __version__
 from epochplan._workers import worker_shard
 
 __all__ = [
@@ -33,4 +34,3 @@ __all__ = [
     "split",
     "worker_shard",
 ]
-__version__ = "0.1.0"

@@ -15,18 +15,18 @@ against N.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from epochplan._system import available_memory
 
 #: World size and rank of the sampler cases.
 WORLD, RANK = 8, 3
@@ -281,12 +281,6 @@ class Result:
         return max(self.peaks)
 
 
-def _available_memory() -> int | None:
-    from epochplan.planfile import _available_memory
-
-    return _available_memory()
-
-
 def _importable(spec: str) -> str:
     """Empty when ``module[:attribute]`` imports (``find:module``: is
     installed, without importing it), else the reason."""
@@ -334,7 +328,7 @@ def run(
     """Runs every case at every size; prints a line per case to ``log``."""
     missing: dict[str, str] = {}
     results: list[Result] = []
-    avail = _available_memory()
+    avail = available_memory()
     for case in CASES if cases is None else cases:
         for spec in case.needs:
             if spec not in missing:
@@ -378,7 +372,7 @@ def _reference(results: list[Result], res: Result) -> Result | None:
     return min(peers, key=lambda r: r.median, default=None)
 
 
-def _n(n: int) -> str:
+def size_text(n: int) -> str:
     exp = len(str(n)) - 1
     return f"10^{exp}" if n == 10**exp else f"{n:,}"
 
@@ -403,14 +397,15 @@ def table(results: list[Result], repeats: int) -> str:
                 lines.append(f"| {res.case.group} | {name} | all | skipped: {res.skip} | | |")
             continue
         if res.skip:
-            lines.append(f"| {res.case.group} | {name} | {_n(res.n)} | skipped: {res.skip} | | |")
+            row = f"| {res.case.group} | {name} | {size_text(res.n)}"
+            lines.append(f"{row} | skipped: {res.skip} | | |")
             continue
         ref = _reference(results, res)
         ratio = ""
         if ref is not None and res.case.ours:
             ratio = f"{ref.median / res.median:.1f}x vs {ref.case.name.split()[0]}"
         lines.append(
-            f"| {res.case.group} | {name} | {_n(res.n)} | {res.median:.4f} | {ratio} "
+            f"| {res.case.group} | {name} | {size_text(res.n)} | {res.median:.4f} | {ratio} "
             f"| {res.peak / 1e6:.0f} |"
         )
     return "\n".join(lines) + "\n"
@@ -454,7 +449,7 @@ def plot(results: list[Result], path: Path) -> str:
     fig.suptitle("epochplan (solid) vs peers (dashed): median time, log-log", fontsize=10)
     fig.tight_layout()
     try:
-        _replace_with(path, "--plot", lambda tmp: fig.savefig(tmp, dpi=70))
+        replace_with(path, "--plot", lambda tmp: fig.savefig(tmp, dpi=70))
     finally:
         plt.close(fig)
     return f"wrote {path}"
@@ -465,7 +460,7 @@ def _temporary_beside(path: Path) -> Path:
     return path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
 
 
-def _check_writable(flag: str, path: Path) -> None:
+def check_writable(flag: str, path: Path) -> None:
     """ValueError naming ``flag`` unless ``path`` can be written: a new or
     regular file in a directory where a file can be created."""
     if path.is_dir():
@@ -482,7 +477,7 @@ def _check_writable(flag: str, path: Path) -> None:
         raise ValueError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
 
 
-def _replace_with(path: Path, flag: str, write: Callable[[Path], object]) -> None:
+def replace_with(path: Path, flag: str, write: Callable[[Path], object]) -> None:
     """Calls ``write(tmp)`` for a temporary file beside ``path``, then renames
     it to ``path``: the file is complete or left as it was."""
     tmp = _temporary_beside(path)
@@ -492,105 +487,3 @@ def _replace_with(path: Path, flag: str, write: Callable[[Path], object]) -> Non
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise OSError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
-
-
-BENCH_HELP = """\
-Time our implementations against every installed peer, side by side: numpy
-and torch permutations, torch's DistributedSampler, MosaicML Streaming's
-get_partitions and get_shuffle (py1s, py1e). Each case runs in a fresh
-subprocess; the table has medians, speed-ups over the peer and peak memory.
-
-examples:
-  epochplan bench
-  epochplan bench --sizes 1e6 1e7 --repeats 5 --out report.md --plot report.png
-"""
-
-
-def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    """Adds the ``bench`` sub-command to ``sub``."""
-    from epochplan.cli import path, positive
-
-    p = sub.add_parser(
-        "bench",
-        help="compare against the installed peers",
-        description=BENCH_HELP,
-        formatter_class=formatter,
-    )
-    p.add_argument(
-        "--sizes",
-        type=positive,
-        nargs="+",
-        default=[10**6, 10**7, 10**8],
-        metavar="N",
-        help="sample counts (default 1e6 1e7 1e8)",
-    )
-    p.add_argument(
-        "--repeats",
-        type=positive,
-        default=3,
-        metavar="R",
-        help="runs per case, each in a fresh process (default 3)",
-    )
-    p.add_argument(
-        "--timeout", type=positive, default=600, metavar="SECONDS", help="per run (default 600)"
-    )
-    p.add_argument(
-        "--out",
-        type=path,
-        default=None,
-        metavar="FILE",
-        help="write the Markdown table here (default: print it)",
-    )
-    p.add_argument(
-        "--plot",
-        type=path,
-        default=None,
-        metavar="FILE",
-        help="write a log-log plot of time against N (PNG)",
-    )
-    p.add_argument(
-        "--filter",
-        default=None,
-        metavar="TEXT",
-        help="only the cases whose operation or implementation contains TEXT",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-case lines")
-    p.set_defaults(run=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    """Runs the benchmark for parsed ``args``."""
-    # Checked before the run, so that it is not lost to a bad path at the end.
-    for flag, file in (("--out", args.out), ("--plot", args.plot)):
-        if file is not None:
-            _check_writable(flag, file)
-    t0 = time.perf_counter()
-    log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
-    try:
-        cases = [
-            c
-            for c in CASES
-            if args.filter is None or args.filter.lower() in f"{c.group} {c.name}".lower()
-        ]
-        if not cases:
-            raise ValueError(f"--filter {args.filter!r} matches no case")
-        results = run(sorted(set(args.sizes)), args.repeats, float(args.timeout), log, cases)
-    finally:
-        if args.quiet:
-            log.close()
-    md = table(results, args.repeats)
-    cpu = os.cpu_count()
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    md += (
-        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(_n(n) for n in args.sizes)} "
-        f"--repeats {args.repeats}`; {time.perf_counter() - t0:.0f} s in all; load average "
-        f"{load} at the end.\n"
-    )
-    if args.out is not None:
-        _replace_with(args.out, "--out", lambda tmp: tmp.write_text(md))
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        print(md)
-    if args.plot is not None:
-        print(plot(results, args.plot), file=sys.stderr)
-    return 0

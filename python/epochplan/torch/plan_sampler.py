@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan._native import EpochPlan
-from epochplan.planfile import PlanDirectory, PlanError, _RankFile, open_plan
+from epochplan.planfile import PlanDirectory, PlanError, RankFile, open_plan
 from epochplan.torch.elastic import ElasticBatchSampler
 from epochplan.torch.rank import RankProvider
 
@@ -65,9 +65,9 @@ class PlanSampler(ElasticBatchSampler):
     ) -> None:
         d = plan_dir if isinstance(plan_dir, PlanDirectory) else open_plan(plan_dir)
         self.plan_dir = d
-        self._file: _RankFile | None = None
+        self._file: RankFile | None = None
         self._first_epoch = d.epochs[0] if epoch is None else epoch
-        d._epoch_index(self._first_epoch)
+        d.epoch_index(self._first_epoch)
         super().__init__(
             d.num_samples,
             d.global_batch_size,
@@ -92,14 +92,7 @@ class PlanSampler(ElasticBatchSampler):
         self._open_file(epoch)
         if d.kind != "uniform":
             return d.plan(epoch)
-        return EpochPlan(
-            d.num_samples,
-            d.global_batch_size,
-            seed=d.seed,
-            epoch=epoch,
-            kind=_LAYOUT_KIND,
-            drop_last=d.drop_last,
-        )
+        return d.spec.layout(epoch)
 
     @property
     def plan(self) -> EpochPlan:
@@ -124,8 +117,7 @@ class PlanSampler(ElasticBatchSampler):
         super().load_state_dict(state_dict)
 
     def _open_file(self, epoch: int) -> None:
-        path, entry = self.plan_dir._checked_file(epoch, self.rank, self.num_replicas)
-        opened = _RankFile(path, entry)
+        opened = self.plan_dir.open_rank_file(epoch, self.rank, self.num_replicas)
         if self._file is not None:
             self._file.close()
         self._file = opened

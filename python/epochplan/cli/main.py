@@ -1,0 +1,127 @@
+"""The ``epochplan`` command: ``plan``, ``verify``, ``permute`` and ``bench``.
+
+Every user mistake (a bad number, a missing directory, an existing output
+without ``--force``) prints one line on stderr and exits with status 2 (bad
+arguments) or 1 (the work failed); Ctrl-C exits with 130, SIGTERM and SIGHUP
+with 128 + the signal, each after removing what a write left unfinished. No
+tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from epochplan._version import __version__
+from epochplan.cli import bench, permute, plan, verify
+from epochplan.cli.arguments import Help, Parser, UsageError
+
+__all__ = ["build_parser", "main"]
+
+PROG = "epochplan"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser."""
+    parser = Parser(
+        prog=PROG,
+        description="epochplan: exact, equal-step, elastic epoch plans.\n\n"
+        "examples:\n  epochplan plan\n  epochplan plan -n 1e8 -g 1024 -w 8 --out plan/\n"
+        "  epochplan verify plan/\n  epochplan permute\n  epochplan bench --sizes 1e6 1e7",
+        formatter_class=Help,
+    )
+    parser.add_argument("--version", action="version", version=f"epochplan {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for command in (plan, verify, permute, bench):
+        command.add_parser(sub)
+    return parser
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is so that it unwinds as
+    for Ctrl-C (partial files and the demo's temporary directory removed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _unwind_on_termination() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise _Terminated(signum)
+
+    # A signal already ignored stays ignored (SIGHUP under nohup, say).
+    signals = [
+        s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN
+    ]
+    previous = {s: signal.signal(s, unwind) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``epochplan`` console script."""
+    # Started with stdout or stderr closed (``>&-``), Python has None there:
+    # the output is discarded instead of failing on it.
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    prog = f"{PROG} {args.command}"
+    try:
+        code = _dispatch(args, prog)
+        # Written out here, whatever the outcome, so that a closed pipe is met
+        # below rather than at exit (stdout to a pipe is block-buffered).
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader of the output went away (``epochplan permute | head``):
+        # stop quietly, as a tool killed by SIGPIPE would, without a second
+        # error when Python flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
+def _dispatch(args: argparse.Namespace, prog: str) -> int:
+    """Runs the command; a failure is one line on stderr and its exit status."""
+    try:
+        with _unwind_on_termination():
+            code: int = args.run(args)
+        return code
+    except UsageError as e:
+        print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except _Terminated as e:
+        print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
+    except BrokenPipeError:
+        raise  # for main
+    except (ValueError, TypeError, OverflowError, OSError, MemoryError) as e:
+        msg = str(e) or type(e).__name__
+        if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
+            msg = f"{e.filename}: {msg}"
+        print(f"{prog}: error: {msg}", file=sys.stderr)
+        return 1

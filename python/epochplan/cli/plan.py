@@ -1,0 +1,227 @@
+"""``epochplan plan``: write (and verify) a plan directory; with no arguments,
+a demo of 10^9 samples in a temporary directory."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from epochplan._args import limit_label, size_label
+from epochplan.cli.arguments import (
+    MAX_U64,
+    Help,
+    UsageError,
+    path,
+    positive,
+    samples,
+    seed_or_epoch,
+)
+from epochplan.cli.progress import peak_rss_bytes, progress_bar, rate_text, show_progress
+from epochplan.planfile import MAX_FILES, PlanError, PlanSpec, verify_plan, write_plan
+from epochplan.planfile.verify import check_verify_memory
+
+PLAN_HELP = """\
+Write every rank's sample ids of one or more epochs to a plan directory:
+manifest.json plus epoch-EEEE/rank-RRRRR.npy (int64, numpy.load(...,
+mmap_mode="r")). Written in bounded memory on all cores, checksummed,
+published atomically, then verified (unless --no-verify).
+
+Without --out, the plan goes to a temporary directory that is removed at the
+end (unless --keep): `epochplan plan` alone is a demo that writes and verifies
+a plan of 10^9 samples for 8 ranks and prints a summary.
+
+examples:
+  epochplan plan
+  epochplan plan --num-samples 1e8 --global-batch-size 1024 --world-size 8 --out plan/
+  epochplan plan -n 8474566 -g 640 -w 7 --epoch 0 --epochs 3 --seed 42 --out plan/ --force
+  epochplan plan -n 1e6 -g 256 -w 4 --kind chunked --chunk-size 1000 --preload-nchunks 8 --out p/
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="write a plan directory (a demo with no arguments)",
+        description=PLAN_HELP,
+        formatter_class=Help,
+    )
+    p.add_argument(
+        "-n",
+        "--num-samples",
+        type=samples,
+        default=10**9,
+        metavar="N",
+        help="samples per epoch (default 10^9)",
+    )
+    p.add_argument(
+        "-g",
+        "--global-batch-size",
+        type=positive,
+        default=4096,
+        metavar="G",
+        help="samples per step over all ranks (default 4096)",
+    )
+    p.add_argument(
+        "-w",
+        "--world-size",
+        type=positive,
+        default=8,
+        metavar="W",
+        help="ranks, one file each per epoch (default 8)",
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        type=path,
+        default=None,
+        metavar="DIR",
+        help="the plan directory to create (default: a temporary one)",
+    )
+    p.add_argument("--seed", type=seed_or_epoch, default=0, metavar="S", help="default 0")
+    p.add_argument(
+        "--epoch", type=seed_or_epoch, default=0, metavar="E", help="first epoch (default 0)"
+    )
+    p.add_argument(
+        "--epochs",
+        type=positive,
+        default=1,
+        metavar="K",
+        help="number of epochs from --epoch on (default 1)",
+    )
+    p.add_argument(
+        "--kind",
+        default="cipher",
+        choices=("cipher", "uniform", "chunked", "identity"),
+        help="order kind (default cipher; uniform holds ~16 bytes per sample in memory)",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=positive,
+        default=None,
+        metavar="C",
+        help="samples per chunk (kind chunked)",
+    )
+    p.add_argument(
+        "--preload-nchunks",
+        type=positive,
+        default=None,
+        metavar="P",
+        help="chunks per shuffle window (kind chunked; default 1)",
+    )
+    p.add_argument("--drop-last", action="store_true", help="drop the short last step")
+    p.add_argument(
+        "--force", action="store_true", help="replace DIR if it is an existing plan directory"
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="keep the temporary plan directory (without --out)"
+    )
+    p.add_argument("--no-verify", action="store_true", help="skip verifying after writing")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(run=run)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.kind == "chunked" and args.chunk_size is None:
+        raise UsageError("--kind chunked needs --chunk-size")
+    if args.kind != "chunked" and (args.chunk_size, args.preload_nchunks) != (None, None):
+        raise UsageError("--chunk-size and --preload-nchunks apply to --kind chunked only")
+    if args.world_size * args.epochs > MAX_FILES:
+        raise UsageError(
+            f"--world-size * --epochs must be at most {MAX_FILES} files, "
+            f"got {args.world_size} * {args.epochs}"
+        )
+    if args.epoch + args.epochs - 1 > MAX_U64:
+        raise UsageError(
+            f"the last epoch (--epoch + --epochs - 1) must be at most {limit_label(MAX_U64)}, "
+            f"got {args.epoch} + {args.epochs} - 1"
+        )
+    temp_root = None
+    out = args.out
+    if out is None:
+        temp_root = Path(tempfile.mkdtemp(prefix="epochplan-"))
+        out = temp_root / "plan"
+    show = show_progress(args)
+    say = (lambda _msg: None) if args.quiet else print
+    epochs = range(args.epoch, args.epoch + args.epochs)
+    try:
+        if not args.no_verify:
+            # Known before writing: no plan is written that cannot be verified.
+            try:
+                check_verify_memory(
+                    Path(out),
+                    PlanSpec(
+                        args.num_samples,
+                        args.global_batch_size,
+                        args.seed,
+                        args.kind,
+                        args.chunk_size,
+                        args.preload_nchunks,
+                        args.drop_last,
+                    ),
+                )
+            except PlanError as e:
+                raise PlanError(f"{e} (--no-verify writes the plan without verifying it)") from None
+        t0 = time.perf_counter()
+        with progress_bar("writing", "B", show, scale=8) as bar:
+            d = write_plan(
+                out,
+                args.num_samples,
+                args.global_batch_size,
+                args.world_size,
+                seed=args.seed,
+                epochs=epochs,
+                kind=args.kind,
+                chunk_size=args.chunk_size,
+                preload_nchunks=args.preload_nchunks,
+                drop_last=args.drop_last,
+                force=args.force,
+                progress=bar,
+            )
+        t_write = time.perf_counter() - t0
+        files = len(d.manifest["files"])
+        nbytes = int(d.manifest["total_bytes"])
+        ids = sum(int(f["count"]) for f in d.manifest["files"])
+        say(
+            f"plan: N={args.num_samples:,} G={args.global_batch_size} W={args.world_size} "
+            f"epochs={list(epochs)} kind={args.kind} seed={args.seed} -> {out}"
+        )
+        say(
+            f"wrote {files} files, {size_label(nbytes)} in {t_write:.1f} s "
+            f"({rate_text(ids / max(t_write, 1e-9))} ids/s, "
+            f"{size_label(nbytes / max(t_write, 1e-9))}/s)"
+        )
+        if not args.no_verify:
+            t1 = time.perf_counter()
+            with progress_bar("verifying", "B", show) as bar:
+                verify_plan(d.path, progress=bar)
+            t_verify = time.perf_counter() - t1
+            # A uniform order is rebuilt (and compared) only for a dropped step.
+            compared = d.kind != "uniform" or (
+                d.drop_last and d.num_samples % d.global_batch_size != 0
+            )
+            say(
+                f"verified in {t_verify:.1f} s: checksums ok, every id "
+                f"{'as planned and ' if compared else ''}once per epoch, "
+                f"equal steps ({d.manifest['num_steps']:,} per rank)"
+            )
+        say(
+            f"disk: {size_label(_dir_bytes(d.path))}, "
+            f"peak memory (RSS): {size_label(peak_rss_bytes())}"
+        )
+        if temp_root is not None:
+            if args.keep:
+                say(f"kept {out}")
+            else:
+                say(f"removed {out} (use --keep or --out DIR to keep a plan)")
+    finally:
+        if temp_root is not None and not args.keep:
+            shutil.rmtree(temp_root, ignore_errors=True)
+    return 0

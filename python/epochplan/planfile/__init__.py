@@ -1,0 +1,63 @@
+"""Offline plans: every rank's sample ids of some epochs, written once as files.
+
+A plan directory holds a JSON manifest and, per epoch, one int64 ``.npy`` file
+per rank with exactly ``EpochPlan(...).rank_indices(rank, world_size)``::
+
+    DIR/manifest.json
+    DIR/epoch-0000/rank-00000.npy
+    DIR/epoch-0000/rank-00001.npy
+    ...
+
+Files are written in Rust in bounded memory (independent of the number of
+samples, except for ``kind="uniform"``, whose whole permutation is held in
+memory: about 16 bytes per sample while it is built), checksummed with BLAKE3
+as they are written, and published atomically: everything goes into a hidden
+sibling directory, the manifest last, which is then renamed into place. An
+interrupted write never leaves a directory at ``DIR``.
+
+The modules: :mod:`~epochplan.planfile.manifest` (the format, parsed and
+checked once), :mod:`~epochplan.planfile.write`, :mod:`~epochplan.planfile.publish`
+(atomic publication), :mod:`~epochplan.planfile.reader` and
+:mod:`~epochplan.planfile.verify`.
+
+Example:
+    >>> from epochplan.planfile import write_plan, open_plan
+    >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
+    >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from epochplan.planfile._checks import Progress
+from epochplan.planfile.errors import PlanError
+from epochplan.planfile.manifest import (
+    MANIFEST,
+    MAX_FILES,
+    PLAN_FILE_FORMAT,
+    PLAN_FILE_VERSION,
+    FileEntry,
+    Manifest,
+    PlanSpec,
+    rank_file_name,
+)
+from epochplan.planfile.reader import PlanDirectory, RankFile, open_plan
+from epochplan.planfile.verify import verify_plan
+from epochplan.planfile.write import write_plan
+
+__all__ = [
+    "MANIFEST",
+    "MAX_FILES",
+    "PLAN_FILE_FORMAT",
+    "PLAN_FILE_VERSION",
+    "FileEntry",
+    "Manifest",
+    "PlanDirectory",
+    "PlanError",
+    "PlanSpec",
+    "Progress",
+    "RankFile",
+    "open_plan",
+    "rank_file_name",
+    "verify_plan",
+    "write_plan",
+]

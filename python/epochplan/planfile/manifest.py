@@ -1,0 +1,335 @@
+"""The manifest of a plan directory: what the files hold, parsed and checked once.
+
+A :class:`PlanSpec` is the parameters that decide a plan's ids (they travel
+together as one value); a :class:`Manifest` is the spec plus what a directory
+holds of it: the world size, the epochs and one :class:`FileEntry` per rank
+file. :meth:`Manifest.parse` checks every field against the spec (counts,
+sizes, paths, step count), so a reader trusts a ``Manifest`` it was given.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from epochplan import _native
+from epochplan._args import limit_label, size_label
+from epochplan._native import FORMAT_VERSION, EpochPlan
+from epochplan.planfile.errors import PlanError
+
+__all__ = [
+    "MANIFEST",
+    "MAX_FILES",
+    "PLAN_FILE_FORMAT",
+    "PLAN_FILE_VERSION",
+    "FileEntry",
+    "Manifest",
+    "PlanSpec",
+    "rank_file_name",
+]
+
+#: The manifest's file name inside a plan directory.
+MANIFEST = "manifest.json"
+#: The manifest's ``format`` field.
+PLAN_FILE_FORMAT = "epochplan-plan"
+#: The layout version of plan directories this release writes and reads.
+PLAN_FILE_VERSION = 1
+#: The most files (world_size x epochs) one plan directory may hold.
+MAX_FILES = 1 << 20
+
+_KINDS = ("cipher", "uniform", "chunked", "identity")
+#: The largest seed or epoch.
+_MAX_U64 = 2**64 - 1
+# A manifest lists at most MAX_FILES files in a few hundred bytes each.
+_MAX_MANIFEST_BYTES = 1 << 30
+
+
+def rank_file_name(epoch: int, rank: int) -> str:
+    """The path of a rank file inside a plan directory."""
+    return f"epoch-{epoch:04d}/rank-{rank:05d}.npy"
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """The parameters that decide a plan's ids, as for :class:`epochplan.EpochPlan`.
+
+    Build it with :meth:`checked`, which checks the values with the library's
+    own messages and fills in the defaults the plan uses.
+    """
+
+    num_samples: int
+    global_batch_size: int
+    seed: int
+    kind: str
+    chunk_size: int | None
+    preload_nchunks: int | None
+    drop_last: bool
+
+    @classmethod
+    def checked(
+        cls,
+        num_samples: int,
+        global_batch_size: int,
+        *,
+        seed: int = 0,
+        kind: str = "cipher",
+        chunk_size: int | None = None,
+        preload_nchunks: int | None = None,
+        drop_last: bool = False,
+    ) -> PlanSpec:
+        """The spec, checked by the plan itself (without building a uniform
+        order: a full permutation, slow at large N), with the defaults the plan
+        used filled in (``preload_nchunks`` of a chunked plan): the manifest
+        records what the files hold, whatever later defaults are."""
+        if kind == "uniform" and (chunk_size is not None or preload_nchunks is not None):
+            raise ValueError(
+                "chunk_size and preload_nchunks apply to kind='chunked' only, not kind=\"uniform\""
+            )
+        plan = EpochPlan(
+            num_samples,
+            global_batch_size,
+            seed=seed,
+            kind="identity" if kind == "uniform" else kind,
+            chunk_size=chunk_size,
+            preload_nchunks=preload_nchunks,
+            drop_last=drop_last,
+        )
+        return cls(
+            plan.num_samples,
+            plan.global_batch_size,
+            plan.seed,
+            kind,
+            plan.chunk_size,
+            plan.preload_nchunks,
+            plan.drop_last,
+        )
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The plan of ``epoch`` (for ``"uniform"``: its N ids are built)."""
+        return EpochPlan(
+            self.num_samples,
+            self.global_batch_size,
+            seed=self.seed,
+            epoch=epoch,
+            kind=self.kind,
+            chunk_size=self.chunk_size,
+            preload_nchunks=self.preload_nchunks,
+            drop_last=self.drop_last,
+        )
+
+    def layout(self, epoch: int = 0) -> EpochPlan:
+        """A plan with this spec's steps, shares, micro-batches and weights (and
+        seed and epoch), whatever its order: cheap for every kind (no ids are
+        built)."""
+        return EpochPlan(
+            self.num_samples,
+            self.global_batch_size,
+            seed=self.seed,
+            epoch=epoch,
+            drop_last=self.drop_last,
+            kind="identity",
+        )
+
+    def rank_counts(self, world_size: int) -> list[int]:
+        """Each rank's number of ids in an epoch."""
+        layout = self.layout()
+        return [layout.rank_size(r, world_size) for r in range(world_size)]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, as the manifest and the native writer take them."""
+        return asdict(self)
+
+
+def files_bytes(counts: list[int], num_epochs: int, block: int = 1) -> int:
+    """The bytes of a plan's files: one per rank (of ``counts`` ids) per epoch,
+    each rounded up to whole blocks of ``block`` bytes (what it takes on disk)."""
+    return sum(-(-_native.npy_file_size(c) // block) * block for c in counts) * num_epochs
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One rank file as the manifest lists it."""
+
+    epoch: int
+    rank: int
+    path: str
+    count: int
+    bytes: int
+    blake3: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A plan directory's manifest, parsed and checked (see :meth:`parse`)."""
+
+    spec: PlanSpec
+    world_size: int
+    epochs: tuple[int, ...]
+    num_steps: int
+    total_bytes: int
+    files: tuple[FileEntry, ...]
+
+    def epoch_files(self, epoch_index: int) -> tuple[FileEntry, ...]:
+        """The rank files of the ``epoch_index``-th epoch, by rank."""
+        w = self.world_size
+        return self.files[epoch_index * w : (epoch_index + 1) * w]
+
+    def to_json(self, created_by: str) -> dict[str, Any]:
+        """The manifest as written to ``manifest.json``."""
+        return {
+            "format": PLAN_FILE_FORMAT,
+            "plan_file_version": PLAN_FILE_VERSION,
+            "format_version": FORMAT_VERSION,
+            "created_by": created_by,
+            **self.spec.as_dict(),
+            "world_size": self.world_size,
+            "epochs": list(self.epochs),
+            "num_steps": self.num_steps,
+            "dtype": "<i8",
+            "checksum": "blake3",
+            "total_bytes": self.total_bytes,
+            "files": [asdict(f) for f in self.files],
+        }
+
+    @classmethod
+    def read(cls, path: Path) -> tuple[Manifest, dict[str, Any]]:
+        """The manifest at ``path``, parsed, and its JSON as read."""
+        try:
+            raw = read_json(path)
+        except FileNotFoundError:
+            raise PlanError(
+                f"{path}: missing (not a plan directory, or an unfinished write)"
+            ) from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise PlanError(f"{path}: cannot read the manifest: {e}") from None
+        return cls.parse(raw, path), raw
+
+    @classmethod
+    def parse(cls, m: Any, where: Path) -> Manifest:
+        """Checks a manifest's JSON: its format and versions, every field's
+        type, the spec (with the library's own checks), and every file entry
+        against what the spec gives (count, size, path). PlanError names the
+        field."""
+        if not isinstance(m, dict) or m.get("format") != PLAN_FILE_FORMAT:
+            raise PlanError(f"{where}: not an epochplan plan manifest")
+        version = m.get("plan_file_version")
+        # type() too: JSON's 1.0 and true equal 1 in Python.
+        if type(version) is not int or version != PLAN_FILE_VERSION:
+            raise PlanError(
+                f"{where}: plan_file_version is {version!r}; this release reads "
+                f"version {PLAN_FILE_VERSION}"
+            )
+        fmt = m.get("format_version")
+        if type(fmt) is not int or fmt != FORMAT_VERSION:
+            raise PlanError(
+                f"{where}: format_version is {fmt!r}; this release computes "
+                f"format_version {FORMAT_VERSION}"
+            )
+        for key in ("num_samples", "global_batch_size", "world_size", "seed"):
+            _field(m, key, int, where)
+        for key in ("chunk_size", "preload_nchunks"):
+            if m.get(key) is not None:
+                _field(m, key, int, where)
+        # The files are read as little-endian int64 and checked with BLAKE3,
+        # whatever a manifest says: it must say so.
+        for key, value in (("dtype", "<i8"), ("checksum", "blake3")):
+            if m.get(key) != value:
+                raise PlanError(f"{where}: manifest {key!r} is {m.get(key)!r}, expected {value!r}")
+        kind = _field(m, "kind", str, where)
+        if kind not in _KINDS:
+            raise PlanError(f"{where}: unknown kind {kind!r}")
+        _field(m, "drop_last", bool, where)
+        epochs = _field(m, "epochs", list, where)
+        if not epochs or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
+            raise PlanError(f"{where}: 'epochs' must be a non-empty list of ints")
+        if not all(0 <= e <= _MAX_U64 for e in epochs):
+            raise PlanError(f"{where}: 'epochs' must lie in [0, {limit_label(_MAX_U64)}]")
+        if len(set(epochs)) != len(epochs):
+            raise PlanError(f"{where}: 'epochs' has duplicates")
+        files = _field(m, "files", list, where)
+        w = m["world_size"]
+        if w < 1 or len(files) != w * len(epochs):
+            raise PlanError(
+                f"{where}: lists {len(files)} files, expected {len(epochs)} epochs x {w} ranks"
+            )
+        try:
+            spec = PlanSpec.checked(
+                m["num_samples"],
+                m["global_batch_size"],
+                seed=m["seed"],
+                kind=kind,
+                chunk_size=m.get("chunk_size"),
+                preload_nchunks=m.get("preload_nchunks"),
+                drop_last=m["drop_last"],
+            )
+        except (ValueError, TypeError, OverflowError) as e:
+            raise PlanError(f"{where}: bad plan parameters: {e}") from None
+        num_steps = spec.layout().num_steps
+        if type(m.get("num_steps")) is not int or m.get("num_steps") != num_steps:
+            raise PlanError(
+                f"{where}: num_steps is {m.get('num_steps')!r}, the parameters give {num_steps}"
+            )
+        counts = spec.rank_counts(w)
+        total_bytes = files_bytes(counts, len(epochs))
+        if type(m.get("total_bytes")) is not int or m.get("total_bytes") != total_bytes:
+            raise PlanError(
+                f"{where}: total_bytes is {m.get('total_bytes')!r}, the files take {total_bytes}"
+            )
+        entries = []
+        for i, entry in enumerate(files):
+            epoch, rank = epochs[i // w], i % w
+            if not isinstance(entry, dict):
+                raise PlanError(f"{where}: files[{i}] is not an object")
+            want = {
+                "epoch": epoch,
+                "rank": rank,
+                "path": rank_file_name(epoch, rank),
+                "count": counts[rank],
+                "bytes": _native.npy_file_size(counts[rank]),
+            }
+            for key, value in want.items():
+                # The exact type too: 38.0 equals 38 but is no count.
+                if type(entry.get(key)) is not type(value) or entry.get(key) != value:
+                    raise PlanError(
+                        f"{where}: files[{i}] {key!r} is {entry.get(key)!r}, expected {value!r}"
+                    )
+            digest = entry.get("blake3")
+            if not (isinstance(digest, str) and len(digest) == 64):
+                raise PlanError(f"{where}: files[{i}] has no valid 'blake3' checksum")
+            entries.append(FileEntry(**want, blake3=digest))
+        return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries))
+
+
+def _field(
+    manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: Path
+) -> Any:
+    if key not in manifest:
+        raise PlanError(f"{where}: the manifest has no {key!r}")
+    value = manifest[key]
+    if isinstance(value, bool) and kind is not bool:
+        raise PlanError(f"{where}: manifest {key!r} has the wrong type (bool)")
+    if not isinstance(value, kind):
+        raise PlanError(f"{where}: manifest {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def read_json(path: Path) -> Any:
+    """The manifest's JSON. OSError if it is not a regular file of at most
+    1 GiB (a FIFO would block the read, a link to /dev/zero never end),
+    ValueError if it is not JSON."""
+    # Non-blocking, so that opening a FIFO returns at once.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > _MAX_MANIFEST_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {size_label(_MAX_MANIFEST_BYTES)}")
+        data = f.read()
+    return json.loads(data.decode())

@@ -1,0 +1,257 @@
+"""Reading a plan directory: :func:`open_plan`, :class:`PlanDirectory` and
+:class:`RankFile`, each rank file checked (header, size, checksum) before its
+ids are used."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from epochplan import _native
+from epochplan._args import int_arg
+from epochplan._native import EpochPlan
+from epochplan.planfile._checks import absolute, path_arg
+from epochplan.planfile.errors import PlanError
+from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
+
+__all__ = ["PlanDirectory", "RankFile", "open_plan"]
+
+
+@dataclass(frozen=True)
+class PlanDirectory:
+    """An opened plan directory (see :func:`open_plan`).
+
+    ``manifest`` is the manifest's JSON as read; ``parsed`` the same, checked
+    (a :class:`~epochplan.planfile.Manifest`).
+
+    Example:
+        >>> d = open_plan("plan")  # doctest: +SKIP
+        >>> d.world_size, d.epochs  # doctest: +SKIP
+        (8, [0, 1])
+        >>> ids = d.rank_ids(0, 3)  # doctest: +SKIP
+    """
+
+    path: Path
+    manifest: dict[str, Any] = field(repr=False)
+    parsed: Manifest = field(repr=False)
+
+    @property
+    def spec(self) -> PlanSpec:
+        """The parameters that decide the plan's ids."""
+        return self.parsed.spec
+
+    @property
+    def num_samples(self) -> int:
+        """Samples per epoch."""
+        return self.spec.num_samples
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per step over all ranks."""
+        return self.spec.global_batch_size
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the plan was written for."""
+        return self.parsed.world_size
+
+    @property
+    def seed(self) -> int:
+        """The seed of the orders."""
+        return self.spec.seed
+
+    @property
+    def kind(self) -> str:
+        """The kind of order."""
+        return self.spec.kind
+
+    @property
+    def chunk_size(self) -> int | None:
+        """Samples per chunk (kind='chunked'), else None."""
+        return self.spec.chunk_size
+
+    @property
+    def preload_nchunks(self) -> int | None:
+        """Chunks per shuffle window (kind='chunked'), else None."""
+        return self.spec.preload_nchunks
+
+    @property
+    def epochs(self) -> list[int]:
+        """The epochs in the plan."""
+        return list(self.parsed.epochs)
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the short last step is dropped."""
+        return self.spec.drop_last
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the plan)."""
+        self.epoch_index(epoch)
+        return self.spec.plan(epoch)
+
+    def epoch_index(self, epoch: int) -> int:
+        """Where ``epoch`` is in the plan's epochs; PlanError if it is not."""
+        epoch = int_arg(epoch, "epoch")
+        epochs = self.parsed.epochs
+        if epoch not in epochs:
+            raise PlanError(
+                f"{self.path}: epoch {epoch} is not in the plan (epochs {list(epochs)})"
+            )
+        return epochs.index(epoch)
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raises PlanError unless the plan was written for ``world_size`` ranks."""
+        world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
+        if world_size != self.world_size:
+            raise PlanError(
+                f"{self.path}: the plan was written for world_size={self.world_size}, "
+                f"not {world_size}; write a plan for {world_size} ranks"
+            )
+
+    def file_entry(self, epoch: int, rank: int) -> dict[str, Any]:
+        """The manifest's entry of one rank file."""
+        entry: dict[str, Any] = self.manifest["files"][self._file_index(epoch, rank)]
+        return entry
+
+    def _file_index(self, epoch: int, rank: int) -> int:
+        epoch_index = self.epoch_index(epoch)
+        rank = int_arg(rank, "rank")
+        if not 0 <= rank < self.world_size:
+            raise PlanError(
+                f"{self.path}: rank must be in [0, {self.world_size - 1}] for this plan, got {rank}"
+            )
+        return epoch_index * self.world_size + rank
+
+    def checked_file(self, epoch: int, rank: int, world_size: int | None = None) -> FileEntry:
+        """A rank file's manifest entry, after checking the file's header,
+        size and checksum (which reads the file once). ``world_size``, when
+        given, must match the plan."""
+        if world_size is not None:
+            self.check_world_size(world_size)
+        entry = self.parsed.files[self._file_index(epoch, rank)]
+        path = self.path / entry.path
+        try:
+            _native.check_plan_file(str(path), entry.count, entry.bytes, entry.blake3)
+        except (ValueError, OSError) as e:
+            raise PlanError(str(e)) from None
+        return entry
+
+    def open_rank_file(self, epoch: int, rank: int, world_size: int | None = None) -> RankFile:
+        """Rank ``rank``'s file of ``epoch``, checked, open for reading its ids
+        a range at a time (see :class:`RankFile`)."""
+        entry = self.checked_file(epoch, rank, world_size)
+        return RankFile(self.path / entry.path, entry)
+
+    def rank_ids(
+        self, epoch: int, rank: int, *, world_size: int | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Rank ``rank``'s sample ids of ``epoch``: a read-only memory map of
+        its file, after checking the file's header, size and checksum (which
+        reads the file once). ``world_size``, when given, must match the plan.
+
+        As with any memory map, the file must not be cut short while the map
+        is in use: the process would be killed (SIGBUS) on reading past the
+        new end. :class:`~epochplan.torch.PlanSampler` reads its ids through
+        a :class:`RankFile` instead, and raises :class:`PlanError` then.
+        """
+        entry = self.checked_file(epoch, rank, world_size)
+        path = self.path / entry.path
+        try:
+            ids = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise PlanError(str(e)) from None
+        if ids.dtype != np.dtype("<i8") or ids.shape != (entry.count,):
+            raise PlanError(
+                f"{path}: holds {ids.dtype} {ids.shape}, expected int64 ({entry.count},)"
+            )
+        result: npt.NDArray[np.int64] = ids
+        return result
+
+    def __repr__(self) -> str:
+        return (
+            f"PlanDirectory({str(self.path)!r}, num_samples={self.num_samples}, "
+            f"global_batch_size={self.global_batch_size}, world_size={self.world_size}, "
+            f"seed={self.seed}, kind={self.kind!r}, epochs={self.epochs}, "
+            f"drop_last={self.drop_last})"
+        )
+
+
+class RankFile:
+    """A checked rank file (see :meth:`PlanDirectory.open_rank_file`), open
+    for reading its ids a range at a time. Reads go through the open file, not
+    a memory map, so a file cut short after the check gives a PlanError rather
+    than a SIGBUS or zeros; a plan replaced by ``write_plan(force=True)`` swaps
+    directories, and this file keeps reading the ids it checked."""
+
+    def __init__(self, path: Path, entry: FileEntry) -> None:
+        self.path = path
+        self.count = entry.count
+        self._header_bytes = entry.bytes - 8 * self.count
+        try:
+            self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - held for reads
+        except OSError as e:
+            raise PlanError(f"{path}: cannot open: {e.strerror or e}") from None
+
+    def read(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """Ids ``[start, stop)`` of the file (``0 <= start <= stop <= count``)."""
+        ids = np.empty(stop - start, dtype="<i8")
+        view = ids.data.cast("B")
+        try:
+            self._file.seek(self._header_bytes + 8 * start)
+            done = 0
+            while done < len(view):
+                got = self._file.readinto(view[done:])
+                if not got:
+                    raise PlanError(
+                        f"{self.path}: ends before id {start + done // 8} of {self.count}: "
+                        "the file was cut short after it was checked"
+                    )
+                done += got
+        except OSError as e:
+            raise PlanError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        ids.flags.writeable = False
+        return ids
+
+    def close(self) -> None:
+        """Closes the file."""
+        self._file.close()
+
+    def __repr__(self) -> str:
+        return f"RankFile({str(self.path)!r}, count={self.count})"
+
+
+def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) -> PlanDirectory:
+    """Opens a plan directory: reads and checks its manifest, and that every
+    rank file exists with its recorded size (checksums are checked when a
+    file is read, or all at once by :func:`verify_plan`).
+
+    Raises:
+        PlanError: no such directory, no or a bad manifest, another format
+            version, a missing or resized file, or (when ``world_size`` is
+            given) a plan written for another world size.
+    """
+    root = absolute(path_arg(path, "path"))
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise PlanError(f"{root}: {what}")
+    parsed, raw = Manifest.read(root / MANIFEST)
+    for entry in parsed.files:
+        fpath = root / entry.path
+        try:
+            size = fpath.stat().st_size
+        except OSError:
+            raise PlanError(f"{fpath}: missing rank file") from None
+        if size != entry.bytes:
+            raise PlanError(
+                f"{fpath}: has {size} bytes, the manifest says {entry.bytes} (truncated or altered)"
+            )
+    d = PlanDirectory(root, raw, parsed)
+    if world_size is not None:
+        d.check_world_size(world_size)
+    return d

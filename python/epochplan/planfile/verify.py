@@ -1,0 +1,82 @@
+"""Verifying a whole plan directory against the plan it claims to hold."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from epochplan import _native
+from epochplan._args import size_label
+from epochplan._system import available_memory
+from epochplan.planfile._checks import Progress, progress_arg
+from epochplan.planfile.errors import PlanError
+from epochplan.planfile.manifest import PlanSpec, rank_file_name
+from epochplan.planfile.reader import open_plan
+
+__all__ = ["check_verify_memory", "verify_plan"]
+
+
+def check_verify_memory(path: Path, spec: PlanSpec) -> None:
+    """Raises PlanError if :func:`verify_plan` of such a plan would not fit in
+    the memory available now."""
+    avail = available_memory()
+    need, what = spec.num_samples // 8, "a bitmap of N/8"
+    if spec.kind == "uniform" and spec.drop_last and spec.num_samples % spec.global_batch_size:
+        need, what = need + 16 * spec.num_samples, "a bitmap of N/8 and the uniform permutation"
+    if avail is not None and need > avail:
+        raise PlanError(
+            f"{path}: verifying needs {what} = {size_label(need)} of memory, "
+            f"{size_label(avail)} is available"
+        )
+
+
+def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
+    """Checks a plan directory completely, streaming through its files:
+    the manifest, every file's header, size and checksum, every file's length
+    (the plan's share of its rank, so every rank has the same steps), every
+    id against the plan (recomputed a chunk at a time), and exact coverage
+    per epoch (every id in [0, N) at most once, and exactly the ids of the
+    epoch's steps: all N, or with drop_last those of the full steps).
+
+    Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers. For
+    kind='uniform' the permutation itself is built only when drop_last drops
+    a short last step (about 16 bytes per sample, as when it was written);
+    otherwise its ids are not compared with the plan, only counted.
+
+    Args:
+        progress: called as ``progress(bytes_read, bytes_total)``.
+
+    Raises:
+        PlanError: naming the file and its first violation.
+    """
+    progress = progress_arg(progress)
+    d = open_plan(path)
+    check_verify_memory(d.path, d.spec)
+    files = d.parsed.files
+    total = sum(f.bytes for f in files)
+    base = 0
+    for i, epoch in enumerate(d.epochs):
+        entries = d.parsed.epoch_files(i)
+        report = None
+        if progress is not None:
+            cb = progress
+
+            def report(done: int, base: int = base, cb: Progress = cb) -> None:
+                cb(base + done, total)
+
+        try:
+            _native.verify_epoch_files(
+                [str(d.path / f.path) for f in entries],
+                [f.count for f in entries],
+                [f.bytes for f in entries],
+                [f.blake3 for f in entries],
+                d.world_size,
+                {**d.spec.as_dict(), "epoch": epoch},
+                progress=report,
+            )
+        except (ValueError, OSError) as e:
+            msg = str(e)
+            if not msg.startswith(str(d.path)):
+                msg = f"{d.path / Path(rank_file_name(epoch, 0)).parent}: {msg}"
+            raise PlanError(msg) from None
+        base += sum(f.bytes for f in entries)
