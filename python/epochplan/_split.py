@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from epochplan import _native
+import epochplan._native as _native
 from epochplan._args import int_arg
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from epochplan import _native
+import epochplan._native as _native
 
 __all__ = ["get_partition_part", "get_partitions"]
 

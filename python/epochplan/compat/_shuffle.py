@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import numpy.typing as npt
 
-from epochplan import _native
+import epochplan._native as _native
 
 __all__ = ["ALGOS", "get_shuffle"]
 

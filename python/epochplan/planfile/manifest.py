@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from epochplan import _native
+import epochplan._native as _native
 from epochplan._args import limit_label, size_label
 from epochplan._native import FORMAT_VERSION, EpochPlan
 from epochplan.planfile.errors import PlanError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from epochplan import _native
+import epochplan._native as _native
 from epochplan._args import size_label
 from epochplan._system import available_memory
 from epochplan.planfile._checks import Progress, progress_arg

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from epochplan import _native
+import epochplan._native as _native
 from epochplan._args import bool_arg, int_arg, size_label
 from epochplan._system import available_memory
 from epochplan._version import __version__
