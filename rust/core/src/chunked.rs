@@ -1,8 +1,8 @@
 //! An I/O-local bijection for chunked storage (zarr chunks, parquet row groups,
 //! shards): the order of chunks is permuted by a cipher, and the samples of each
-//! window of `window` consecutive chunks (in that permuted order) are shuffled
-//! among themselves by a cipher keyed per window. Reading positions in order
-//! touches at most `window` chunks at a time. O(1) per position.
+//! window of `preload_nchunks` consecutive chunks (in that permuted order) are
+//! shuffled among themselves by a cipher keyed per window. Reading positions in order
+//! touches at most `preload_nchunks` chunks at a time. O(1) per position.
 //!
 //! Only the last chunk (id `num_chunks - 1`) may be short. Inside a window the
 //! full chunks are enumerated in slot order and the short one, if present,
@@ -25,7 +25,7 @@ pub struct Chunked {
     seed: u64,
     epoch: u64,
     chunk_size: u64,
-    window: u64,
+    preload_nchunks: u64,
     num_chunks: u64,
     num_windows: u64,
     /// `chunk_size` minus the size of the last chunk (0 when it is full).
@@ -37,14 +37,14 @@ pub struct Chunked {
 
 impl Chunked {
     /// The order of `n` samples in chunks of `chunk_size`, shuffled within
-    /// windows of `window` chunks. Both sizes must be at least 1.
-    pub fn new(n: u64, seed: u64, epoch: u64, chunk_size: u64, window: u64) -> Self {
-        debug_assert!(chunk_size >= 1 && window >= 1);
+    /// windows of `preload_nchunks` chunks. Both sizes must be at least 1.
+    pub fn new(n: u64, seed: u64, epoch: u64, chunk_size: u64, preload_nchunks: u64) -> Self {
+        debug_assert!(chunk_size >= 1 && preload_nchunks >= 1);
         let num_chunks = n.div_ceil(chunk_size);
         // A window wider than the whole dataset is the whole dataset; capping
-        // it keeps `window * chunk_size` (<= n + chunk_size) from overflowing
+        // it keeps `preload_nchunks * chunk_size` (<= n + chunk_size) from overflowing
         // and changes no order.
-        let window = window.min(num_chunks.max(1));
+        let preload_nchunks = preload_nchunks.min(num_chunks.max(1));
         let chunk_order = Cipher::new(num_chunks, derive(seed, epoch, domain("chunks"), 0));
         let deficit = num_chunks * chunk_size - n;
         let short_slot = if num_chunks == 0 {
@@ -57,9 +57,9 @@ impl Chunked {
             seed,
             epoch,
             chunk_size,
-            window,
+            preload_nchunks,
             num_chunks,
-            num_windows: num_chunks.div_ceil(window),
+            num_windows: num_chunks.div_ceil(preload_nchunks),
             deficit,
             short_slot,
             chunk_order,
@@ -77,12 +77,12 @@ impl Chunked {
     }
 
     fn short_window(&self) -> u64 {
-        self.short_slot / self.window
+        self.short_slot / self.preload_nchunks
     }
 
     /// First position of window `j`.
     fn window_start(&self, j: u64) -> u64 {
-        let full = j * self.window * self.chunk_size;
+        let full = j * self.preload_nchunks * self.chunk_size;
         if j > self.short_window() {
             full - self.deficit
         } else {
@@ -92,7 +92,7 @@ impl Chunked {
 
     /// The number of positions in window `j`.
     fn window_len(&self, j: u64) -> u64 {
-        let slots = (self.num_chunks - j * self.window).min(self.window);
+        let slots = (self.num_chunks - j * self.preload_nchunks).min(self.preload_nchunks);
         let full = slots * self.chunk_size;
         if j == self.short_window() {
             full - self.deficit
@@ -103,7 +103,7 @@ impl Chunked {
 
     /// The window holding `position`.
     fn window_of(&self, position: u64) -> u64 {
-        let j = position / (self.window * self.chunk_size);
+        let j = position / (self.preload_nchunks * self.chunk_size);
         if j + 1 < self.num_windows && position >= self.window_start(j + 1) {
             j + 1
         } else {
@@ -123,7 +123,7 @@ impl Chunked {
     fn id_in_window(&self, j: u64, inner: &Cipher, position: u64) -> u64 {
         let offset = inner.apply(position - self.window_start(j));
         let t = offset / self.chunk_size;
-        let first_slot = j * self.window;
+        let first_slot = j * self.preload_nchunks;
         let holds_short = self.deficit > 0 && j == self.short_window();
         let full_here = if holds_short {
             self.window_len(j) / self.chunk_size
@@ -177,8 +177,8 @@ mod tests {
     fn bijection_and_window_locality() {
         for n in [0u64, 1, 2, 7, 10, 99, 100, 101, 1000, 1237] {
             for chunk in [1u64, 3, 10, 64] {
-                for window in [1u64, 2, 5] {
-                    let c = Chunked::new(n, 5, 6, chunk, window);
+                for preload_nchunks in [1u64, 2, 5] {
+                    let c = Chunked::new(n, 5, 6, chunk, preload_nchunks);
                     let mut ids: Vec<i64> = (0..n as i64).collect();
                     c.apply_in_place(&mut ids);
                     let mut sorted = ids.clone();
@@ -186,12 +186,12 @@ mod tests {
                     assert_eq!(
                         sorted,
                         (0..n as i64).collect::<Vec<_>>(),
-                        "n={n} c={chunk} w={window}"
+                        "n={n} c={chunk} w={preload_nchunks}"
                     );
                     for (p, &id) in ids.iter().enumerate() {
                         assert_eq!(c.apply(p as u64), id as u64);
                     }
-                    // Each full window of positions touches at most `window` chunks.
+                    // Each full preload_nchunks of positions touches at most `preload_nchunks` chunks.
                     for j in 0..c.num_windows {
                         let lo = c.window_start(j) as usize;
                         let hi = lo + c.window_len(j) as usize;
@@ -199,7 +199,7 @@ mod tests {
                             ids[lo..hi].iter().map(|&i| c.chunk_of(i as u64)).collect();
                         chunks.sort_unstable();
                         chunks.dedup();
-                        assert!(chunks.len() as u64 <= window);
+                        assert!(chunks.len() as u64 <= preload_nchunks);
                     }
                 }
             }

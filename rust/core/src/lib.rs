@@ -6,7 +6,9 @@
 //! - [`chunked`]: an I/O-local order for chunked storage.
 //! - [`order`]: the order of an epoch, by kind.
 //! - [`split`]: dealing positions to ranks.
-//! - [`plan`]: exact, equal-step, weighted, elastic epoch plans.
+//! - [`dealing`]: dealing a step's positions to ranks.
+//! - [`layout`]: an epoch's steps, shares, micro-batch cuts and weights.
+//! - [`plan`]: exact, equal-step, weighted, elastic epoch plans (a layout and an order).
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //!
 //! The only `unsafe` is the calls into the AVX2 builds of the cipher's batch
@@ -20,8 +22,10 @@
 pub mod buffer;
 pub mod chunked;
 pub mod cipher;
+pub mod dealing;
 pub mod error;
 pub mod keys;
+pub mod layout;
 pub mod order;
 pub mod parallel;
 pub mod plan;
@@ -32,4 +36,5 @@ pub mod streaming;
 
 pub use error::{Error, Result};
 pub use keys::FORMAT_VERSION;
+pub use layout::Layout;
 pub use order::{Kind, Order, MAX_SAMPLES};

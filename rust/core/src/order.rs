@@ -23,8 +23,8 @@ pub enum Kind {
     Chunked {
         /// Samples per chunk (>= 1).
         chunk_size: u64,
-        /// Chunks per shuffle window (>= 1).
-        window: u64,
+        /// Consecutive chunks shuffled together, a window (>= 1).
+        preload_nchunks: u64,
     },
     /// No shuffle: position i holds sample i.
     Identity,
@@ -41,8 +41,13 @@ impl Kind {
         }
     }
 
-    /// Parses a kind name; `chunked` needs `chunk_size` and `window` (>= 1).
-    pub fn parse(name: &str, chunk_size: Option<u64>, window: Option<u64>) -> Result<Kind> {
+    /// Parses a kind name; `chunked` needs `chunk_size` and takes
+    /// `preload_nchunks` (both >= 1; `preload_nchunks` is 1 when not given).
+    pub fn parse(
+        name: &str,
+        chunk_size: Option<u64>,
+        preload_nchunks: Option<u64>,
+    ) -> Result<Kind> {
         let kind = match name {
             "cipher" => Kind::Cipher,
             "uniform" => Kind::Uniform,
@@ -51,14 +56,17 @@ impl Kind {
                 let chunk_size = chunk_size.ok_or_else(|| {
                     Error::Value("kind='chunked' needs chunk_size (an int >= 1)".into())
                 })?;
-                let window = window.unwrap_or(1);
+                let preload_nchunks = preload_nchunks.unwrap_or(1);
                 if chunk_size == 0 {
                     return Err(Error::Value("chunk_size must be >= 1, got 0".into()));
                 }
-                if window == 0 {
+                if preload_nchunks == 0 {
                     return Err(Error::Value("preload_nchunks must be >= 1, got 0".into()));
                 }
-                return Ok(Kind::Chunked { chunk_size, window });
+                return Ok(Kind::Chunked {
+                    chunk_size,
+                    preload_nchunks,
+                });
             }
             other => {
                 return Err(Error::Value(format!(
@@ -66,7 +74,7 @@ impl Kind {
                 )))
             }
         };
-        if chunk_size.is_some() || window.is_some() {
+        if chunk_size.is_some() || preload_nchunks.is_some() {
             return Err(Error::Value(format!(
                 "chunk_size and preload_nchunks apply to kind='chunked' only, not kind={:?}",
                 kind.name()
@@ -115,9 +123,10 @@ impl Order {
                     0,
                 ),
             )),
-            Kind::Chunked { chunk_size, window } => {
-                Map::Chunked(Chunked::new(n, seed, epoch, chunk_size, window))
-            }
+            Kind::Chunked {
+                chunk_size,
+                preload_nchunks,
+            } => Map::Chunked(Chunked::new(n, seed, epoch, chunk_size, preload_nchunks)),
             Kind::Uniform => Map::Table(Arc::new(uniform_permutation(n, seed, epoch)?)),
         };
         Ok(Order { n, kind, map })
@@ -246,7 +255,7 @@ mod tests {
             Kind::Uniform,
             Kind::Chunked {
                 chunk_size: 1000,
-                window: 3,
+                preload_nchunks: 3,
             },
             Kind::Identity,
         ];

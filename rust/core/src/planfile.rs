@@ -2,7 +2,7 @@
 //! file, written and verified in memory that does not depend on `N`.
 //!
 //! Writing streams a rank's ids in chunks of [`CHUNK_IDS`] from
-//! [`fill_rank_ids`] (parallel over the pool) to a writer thread that
+//! [`Plan::fill_rank_ids`] (parallel over the pool) to a writer thread that
 //! checksums (BLAKE3 of the whole file, header included) and writes them, so
 //! computing and I/O overlap and at most [`BUFFERS`] chunks exist at a time.
 //! Verifying streams every file of an epoch back (files in parallel), checks
@@ -19,7 +19,7 @@
 
 use crate::error::{Error, Result};
 use crate::parallel;
-use crate::plan::{fill_rank_ids, Plan};
+use crate::plan::Plan;
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -364,7 +364,7 @@ fn produce(
             let len = left.min(CHUNK_IDS as u64) as usize;
             buf.clear();
             buf.resize(len, 0);
-            (step, skip) = fill_rank_ids(plan, step, skip, rank, world_size, &mut buf);
+            (step, skip) = plan.fill_rank_ids(step, skip, rank, world_size, &mut buf);
             left -= len as u64;
             to_writer.send(Msg::Ids(buf)).map_err(|_| gone())?;
         }
@@ -783,7 +783,7 @@ fn verify_one(
         if bad.is_none() {
             let want = &mut expected[..if order_known { bytes.len() / 8 } else { 0 }];
             if order_known {
-                at = fill_rank_ids(plan, at.0, at.1, file.rank, world_size, want);
+                at = plan.fill_rank_ids(at.0, at.1, file.rank, world_size, want);
             }
             bad = first_bad_id(start, bytes, want, checks);
         }

@@ -115,36 +115,48 @@ fn chunked_is_a_bijection_around_powers_of_two() {
                 .map(move |(layout, _)| (n, layout))
         })
         .collect();
-    cases.into_par_iter().for_each(|(n, (chunk_size, window))| {
-        let kind = Kind::Chunked { chunk_size, window };
-        let order = Order::new(n, 11, 2, kind).unwrap();
-        let what = format!("chunked n={n} chunk_size={chunk_size} preload_nchunks={window}");
-        let ids = assert_bijection(&order, &what);
-        assert_window_locality(&ids, chunk_size, window, &what);
-    });
+    cases
+        .into_par_iter()
+        .for_each(|(n, (chunk_size, preload_nchunks))| {
+            let kind = Kind::Chunked {
+                chunk_size,
+                preload_nchunks,
+            };
+            let order = Order::new(n, 11, 2, kind).unwrap();
+            let what =
+                format!("chunked n={n} chunk_size={chunk_size} preload_nchunks={preload_nchunks}");
+            let ids = assert_bijection(&order, &what);
+            assert_window_locality(&ids, chunk_size, preload_nchunks, &what);
+        });
 }
 
 #[test]
 fn chunked_is_a_bijection_for_small_layouts() {
     let max_n = if cfg!(debug_assertions) { 300 } else { 2_000 };
     (0..=max_n).into_par_iter().for_each(|n| {
-        for (chunk_size, window) in [(1, 1), (1, 3), (2, 2), (3, 1), (5, 4), (16, 2), (100, 7)] {
-            let kind = Kind::Chunked { chunk_size, window };
+        for (chunk_size, preload_nchunks) in
+            [(1, 1), (1, 3), (2, 2), (3, 1), (5, 4), (16, 2), (100, 7)]
+        {
+            let kind = Kind::Chunked {
+                chunk_size,
+                preload_nchunks,
+            };
             let order = Order::new(n, n, 0, kind).unwrap();
-            let what = format!("chunked n={n} chunk_size={chunk_size} preload_nchunks={window}");
+            let what =
+                format!("chunked n={n} chunk_size={chunk_size} preload_nchunks={preload_nchunks}");
             let ids = assert_bijection(&order, &what);
-            assert_window_locality(&ids, chunk_size, window, &what);
+            assert_window_locality(&ids, chunk_size, preload_nchunks, &what);
         }
     });
 }
 
-/// Reading positions in order never needs more than `window` chunks at once:
-/// every run of `window * chunk_size` consecutive positions touches at most
-/// `2 * window` chunks (a run may straddle two windows), and the positions of
+/// Reading positions in order never needs more than `preload_nchunks` chunks at once:
+/// every run of `preload_nchunks * chunk_size` consecutive positions touches at most
+/// `2 * preload_nchunks` chunks (a run may straddle two windows), and the positions of
 /// the first window (shorter by the short chunk's deficit at most) touch at
-/// most `window`.
-fn assert_window_locality(ids: &[i64], chunk_size: u64, window: u64, what: &str) {
-    let span = (window * chunk_size) as usize;
+/// most `preload_nchunks`.
+fn assert_window_locality(ids: &[i64], chunk_size: u64, preload_nchunks: u64, what: &str) {
+    let span = (preload_nchunks * chunk_size) as usize;
     let n = ids.len() as u64;
     let deficit = (n.div_ceil(chunk_size) * chunk_size - n) as usize;
     let chunks_in = |run: &[i64]| {
@@ -154,10 +166,13 @@ fn assert_window_locality(ids: &[i64], chunk_size: u64, window: u64, what: &str)
         c.len() as u64
     };
     if let Some(first) = ids.get(..(span - deficit).min(ids.len())) {
-        assert!(chunks_in(first) <= window, "{what}: first window");
+        assert!(chunks_in(first) <= preload_nchunks, "{what}: first window");
     }
     for run in ids.chunks(span) {
-        assert!(chunks_in(run) <= 2 * window, "{what}: a run of {span}");
+        assert!(
+            chunks_in(run) <= 2 * preload_nchunks,
+            "{what}: a run of {span}"
+        );
     }
 }
 

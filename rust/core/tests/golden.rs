@@ -14,7 +14,7 @@ use epochplan_core::{Kind, Order, FORMAT_VERSION};
 const PREFIX: u64 = 4096;
 const CHUNKED: Kind = Kind::Chunked {
     chunk_size: 64,
-    window: 4,
+    preload_nchunks: 4,
 };
 const SIZES: [u64; 9] = [
     0,

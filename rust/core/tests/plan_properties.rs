@@ -10,7 +10,10 @@ fn kinds() -> impl Strategy<Value = Kind> {
         Just(Kind::Cipher),
         Just(Kind::Identity),
         Just(Kind::Uniform),
-        (1u64..6, 1u64..4).prop_map(|(chunk_size, window)| Kind::Chunked { chunk_size, window }),
+        (1u64..6, 1u64..4).prop_map(|(chunk_size, preload_nchunks)| Kind::Chunked {
+            chunk_size,
+            preload_nchunks,
+        }),
     ]
 }
 

@@ -33,7 +33,10 @@ fn chunked_kind() -> impl Strategy<Value = Kind> {
         prop_oneof![1u64..=8, 9u64..=5000, Just(1u64 << 40), 1..=MAX_SAMPLES],
         prop_oneof![1u64..=64, Just(1u64 << 40), 1..=MAX_SAMPLES],
     )
-        .prop_map(|(chunk_size, window)| Kind::Chunked { chunk_size, window })
+        .prop_map(|(chunk_size, window)| Kind::Chunked {
+            chunk_size,
+            preload_nchunks: window,
+        })
 }
 
 proptest! {

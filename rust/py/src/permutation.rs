@@ -19,8 +19,8 @@ pub fn kind_arg(
 ) -> PyResult<Kind> {
     let name = str_arg(kind, "kind")?;
     let chunk_size = opt_int_arg(chunk_size, "chunk_size", 1, MAX_I64)?;
-    let window = opt_int_arg(preload_nchunks, "preload_nchunks", 1, MAX_I64)?;
-    Kind::parse(&name, chunk_size, window).py()
+    let preload_nchunks = opt_int_arg(preload_nchunks, "preload_nchunks", 1, MAX_I64)?;
+    Kind::parse(&name, chunk_size, preload_nchunks).py()
 }
 
 /// The checked arguments that select an order: `(num_samples, seed, epoch, kind)`,
@@ -55,7 +55,10 @@ pub fn order_args(
 /// The chunked parameters of a kind, for reprs and pickling.
 pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
     match kind {
-        Kind::Chunked { chunk_size, window } => (Some(chunk_size), Some(window)),
+        Kind::Chunked {
+            chunk_size,
+            preload_nchunks,
+        } => (Some(chunk_size), Some(preload_nchunks)),
         _ => (None, None),
     }
 }
@@ -168,7 +171,7 @@ impl Permutation {
         kind_params(self.order.kind()).0
     }
 
-    /// Chunks per shuffle window (kind="chunked"), else None.
+    /// Consecutive chunks shuffled together (kind="chunked"), else None.
     #[getter]
     fn preload_nchunks(&self) -> Option<u64> {
         kind_params(self.order.kind()).1
@@ -300,9 +303,9 @@ impl Permutation {
         kwargs.set_item("seed", self.seed)?;
         kwargs.set_item("epoch", self.epoch)?;
         kwargs.set_item("kind", self.order.kind().name())?;
-        let (chunk, window) = kind_params(self.order.kind());
+        let (chunk, preload_nchunks) = kind_params(self.order.kind());
         kwargs.set_item("chunk_size", chunk)?;
-        kwargs.set_item("preload_nchunks", window)?;
+        kwargs.set_item("preload_nchunks", preload_nchunks)?;
         Ok((PyTuple::new(py, [self.order.len()])?, kwargs))
     }
 

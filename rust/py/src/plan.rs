@@ -160,7 +160,7 @@ impl EpochPlan {
         kind_params(self.plan.kind()).0
     }
 
-    /// Chunks per shuffle window (kind="chunked"), else None.
+    /// Consecutive chunks shuffled together (kind="chunked"), else None.
     #[getter]
     fn preload_nchunks(&self) -> Option<u64> {
         kind_params(self.plan.kind()).1
@@ -342,7 +342,7 @@ impl EpochPlan {
     /// The constant-size, world-size independent state (JSON-serialisable).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let (chunk, window) = kind_params(self.plan.kind());
+        let (chunk, preload_nchunks) = kind_params(self.plan.kind());
         d.set_item("format_version", FORMAT_VERSION)?;
         d.set_item("num_samples", self.plan.num_samples())?;
         d.set_item("global_batch_size", self.plan.global_batch_size())?;
@@ -350,7 +350,7 @@ impl EpochPlan {
         d.set_item("epoch", self.epoch)?;
         d.set_item("kind", self.plan.kind().name())?;
         d.set_item("chunk_size", chunk)?;
-        d.set_item("preload_nchunks", window)?;
+        d.set_item("preload_nchunks", preload_nchunks)?;
         d.set_item("drop_last", self.plan.drop_last())?;
         d.set_item("cursor", self.plan.cursor())?;
         Ok(d)
@@ -421,7 +421,7 @@ impl EpochPlan {
         str_arg(&get("kind")?, "state['kind']")?;
         bool_arg(&get("drop_last")?, "state['drop_last']")?;
         let given = |k: &str| get(k).map(Keyword::Given);
-        let (chunk_size, window) = (get("chunk_size")?, get("preload_nchunks")?);
+        let (chunk_size, preload_nchunks) = (get("chunk_size")?, get("preload_nchunks")?);
         // What the constructor checks across keys (the kind's name, a cursor
         // off the step boundaries) says it is about the state.
         let in_state =
@@ -436,7 +436,7 @@ impl EpochPlan {
             given("drop_last")?,
             given("cursor")?,
             Some(&chunk_size),
-            Some(&window),
+            Some(&preload_nchunks),
         )
         .map_err(in_state)
     }
