@@ -1080,15 +1080,62 @@ def test_verifying_needs_the_permutation_only_when_steps_leave_ids_out(
 
 
 def test_partials_of_live_writers_are_kept(tmp_path: Path) -> None:
-    # Another writer of the same plan, still running (this process), and one
-    # that died (a pid no process has: past the kernel's pid_max).
-    live = tmp_path / f".p.partial-{os.getpid()}-0000abcd"
-    dead = tmp_path / f".p.partial-{2**22 + 1}-0000abcd"
-    for partial in (live, dead):
+    # Only a partial whose writer's lock is free is removed, whatever pid its
+    # name holds: a writer in another pid namespace (a container) or on
+    # another host may have any pid, and one that died here may have a live
+    # one. A pid no process has: past the kernel's pid_max.
+    gone = 2**22 + 1
+    dead = tmp_path / f".p.partial-{gone}-0000abcd"
+    dead_old = tmp_path / f".p.partial-{os.getpid()}-old-0000abce"
+    live = tmp_path / f".p.partial-{gone}-0000abcf"
+    unlocked = tmp_path / f".p.partial-{gone}-0000abd0"  # no lock file: kept
+    other = tmp_path / f".p.partial-{gone}-notours"  # not the shape of ours
+    for partial in (dead, dead_old, live, unlocked, other):
         partial.mkdir()
         (partial / "x").write_text("in progress")
+    for partial in (dead, dead_old, live, other):
+        (partial / publish.LOCK).write_text("")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(live / publish.LOCK),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        write_plan(tmp_path / "p", 100, 10, 2)
+    finally:
+        holder.communicate("")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live.name, unlocked.name, other.name, "p"]
+    )
+
+
+def test_no_partial_is_removed_where_locks_may_not_be_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On NFS, SMB or FUSE a writer on another host may hold a lock this
+    # kernel cannot see: nothing is removed there.
+    dead = tmp_path / f".p.partial-{2**22 + 1}-0000abcd"
+    dead.mkdir()
+    (dead / publish.LOCK).write_text("")
+    monkeypatch.setattr(publish, "_filesystem_type", lambda path: "nfs4")
     write_plan(tmp_path / "p", 100, 10, 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "p"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [dead.name, "p"]
+
+
+def test_published_plans_hold_no_lock_file(tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    write_plan(out, 100, 10, 2)
+    write_plan(out, 60, 10, 3, force=True)
+    assert not (out / publish.LOCK).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
 
 
 def test_failed_write_removes_the_parents_it_created(tmp_path: Path) -> None:

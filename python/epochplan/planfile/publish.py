@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -24,6 +26,8 @@ from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import MANIFEST, PLAN_FILE_FORMAT, read_json
 
 __all__ = [
+    "LOCK",
+    "WriterLock",
     "exchange",
     "fsync_dir",
     "is_empty_dir",
@@ -34,6 +38,18 @@ __all__ = [
 ]
 
 _PARTIAL = ".partial-"
+# What a partial's name holds after ".NAME.partial-": the writer's pid, "old-"
+# for a replaced plan on its way out, and 8 hex digits of its own.
+_PARTIAL_TAIL = re.compile(r"[0-9]+-(?:old-)?[0-9a-f]{8}")
+#: The file inside a partial directory that its writer holds locked while alive.
+LOCK = ".writer.lock"
+# Filesystems whose locks are local to this machine's kernel, so a lock held
+# by a live writer anywhere is seen here. On others (NFS, SMB, FUSE, cluster
+# filesystems) a lock may not be seen from another host, and no partial is
+# ever removed there.
+_LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay", "ramfs", "jfs"}
+)
 
 
 def new_partial(out: Path, tag: str = "") -> Path:
@@ -41,25 +57,84 @@ def new_partial(out: Path, tag: str = "") -> Path:
     return out.parent / f".{out.name}{_PARTIAL}{os.getpid()}-{tag}{secrets.token_hex(4)}"
 
 
-def _pid_alive(pid: int) -> bool:
+class WriterLock:
+    """The lock a writer holds on its partial directory while it is alive.
+
+    ``fcntl.flock`` on :data:`LOCK` inside the directory: the kernel releases
+    it when the writer dies, however it dies, so a partial whose lock can be
+    taken is abandoned. :meth:`release` removes the file before the directory
+    is published (a plan directory holds only its manifest and rank files);
+    from then on the partial is never taken for abandoned.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Removes the lock file and lets the lock go (at most once)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+
+def _filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem holding ``path`` (from /proc/self/mounts:
+    the mount point that is its longest prefix), or None where unknown."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    target, best, kind = os.path.realpath(path), -1, None
+    for fields in mounts:
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, kind = len(point), fields[2]
+    return kind
+
+
+def _abandoned(partial: Path) -> bool:
+    """Whether ``partial`` was left by a writer that is gone: its lock file
+    exists and nobody holds its lock. A partial without a lock file (an
+    older writer's, or one being published) is never taken for abandoned."""
+    try:
+        fd = os.open(partial / LOCK, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
         return False
-    except PermissionError:
-        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its writer is alive, on this host or another
+    finally:
+        os.close(fd)
     return True
 
 
 def remove_stale_partials(out: Path) -> None:
-    """Removes hidden partial siblings of ``out`` left by killed writers."""
+    """Removes hidden partial siblings of ``out`` that writers which died
+    left behind: only directories named as our partials are, whose writer's
+    lock is free, on a filesystem whose locks every writer shares."""
+    if _filesystem_type(out.parent) not in _LOCAL_FILESYSTEMS:
+        return
     prefix = f".{out.name}{_PARTIAL}"
     with contextlib.suppress(OSError):
         for entry in out.parent.iterdir():
-            if not entry.name.startswith(prefix):
+            tail = entry.name[len(prefix) :]
+            if not entry.name.startswith(prefix) or not _PARTIAL_TAIL.fullmatch(tail):
                 continue
-            pid = entry.name[len(prefix) :].split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if entry.is_dir() and not entry.is_symlink() and _abandoned(entry):
                 shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -108,8 +183,9 @@ def is_empty_dir(path: Path) -> bool:
         return False
 
 
-def publish(tmp: Path, out: Path, force: bool) -> None:
-    """Renames the finished ``tmp`` to ``out``.
+def publish(tmp: Path, lock: WriterLock, out: Path, force: bool) -> None:
+    """Renames the finished ``tmp`` to ``out``; ``lock`` is the writer's lock
+    of ``tmp``, released first (its file must not be published).
 
     Without ``force``, ``out`` did not exist when the write began: whatever
     appeared there since is kept (a rename replaces at most an empty
@@ -120,6 +196,8 @@ def publish(tmp: Path, out: Path, force: bool) -> None:
     is moved aside under a hidden partial name (so an interruption leaves it
     for the next write to remove as stale), replaced, then removed; if the
     replacement fails, it is moved back."""
+    lock.release()
+    fsync_dir(tmp)
     if not force:
         try:
             os.rename(tmp, out)
@@ -142,7 +220,7 @@ def publish(tmp: Path, out: Path, force: bool) -> None:
             raise PlanError(f"{out} exists and {why}; refusing to replace it")
         if exchange(tmp, out):
             fsync_dir(out.parent)
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove_locked(tmp)
             return
         trash = new_partial(out, "old-")
         out.rename(trash)
@@ -154,7 +232,17 @@ def publish(tmp: Path, out: Path, force: bool) -> None:
         raise
     fsync_dir(out.parent)
     if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+        _remove_locked(trash)
+
+
+def _remove_locked(old: Path) -> None:
+    """Removes a replaced plan now under a partial name, locked as a writer's
+    partial first, so that an interruption leaves it for the next writer to
+    remove (unless it falls before the lock is taken)."""
+    with contextlib.suppress(OSError):
+        lock = WriterLock(old)
+        shutil.rmtree(old, ignore_errors=True)
+        lock.release()
 
 
 # Linux's renameat2(2): its directory argument for paths relative to the

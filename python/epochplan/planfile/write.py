@@ -28,6 +28,7 @@ from epochplan.planfile.manifest import (
     rank_file_name,
 )
 from epochplan.planfile.publish import (
+    WriterLock,
     fsync_dir,
     is_empty_dir,
     new_partial,
@@ -140,9 +141,10 @@ def write_plan(
 
 def _prepare_output(
     out: Path, force: bool, spec: PlanSpec, counts: list[int], num_epochs: int
-) -> Path:
+) -> tuple[Path, WriterLock]:
     """Checks that ``out`` may be written, the disk and, for kind='uniform',
-    the memory. Returns a fresh partial directory."""
+    the memory. Returns a fresh partial directory and the lock this writer
+    holds on it while alive (see :func:`remove_stale_partials`)."""
     # An empty directory holds nothing to lose: it is written into without force.
     if (out.exists() or out.is_symlink()) and not is_empty_dir(out):
         # Only a plan directory may be replaced, so force is offered for it alone.
@@ -173,7 +175,13 @@ def _prepare_output(
             )
     tmp = new_partial(out)
     tmp.mkdir()
-    return tmp
+    try:
+        lock = WriterLock(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        lock.release()
+        raise
+    return tmp, lock
 
 
 def _write_new_plan(
@@ -188,7 +196,7 @@ def _write_new_plan(
     in a partial directory, then published as ``out``, or nothing left."""
     counts = spec.rank_counts(world_size)
     try:
-        tmp = _prepare_output(out, force, spec, counts, len(epoch_list))
+        tmp, lock = _prepare_output(out, force, spec, counts, len(epoch_list))
     except OSError as e:
         raise PlanError(f"{out}: cannot write there: {e.strerror or e}") from None
     total = sum(counts) * len(epoch_list)
@@ -231,9 +239,10 @@ def _write_new_plan(
             f.flush()
             os.fsync(f.fileno())
         fsync_dir(tmp)
-        publish(tmp, out, force)
+        publish(tmp, lock, out, force)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        lock.release()
         where = out
         if e.filename is not None:
             with contextlib.suppress(ValueError):
@@ -241,4 +250,5 @@ def _write_new_plan(
         raise PlanError(f"{where}: cannot write: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        lock.release()
         raise
