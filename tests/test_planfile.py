@@ -23,6 +23,7 @@ from epochplan.planfile import (
     MANIFEST,
     PlanError,
     PlanSpec,
+    manifest_checksum,
     open_plan,
     publish,
     verify,
@@ -93,7 +94,8 @@ def test_header_is_numpys_own() -> None:
 def test_manifest_records_parameters_sizes_and_checksums(tmp_path: Path) -> None:
     d = write_plan(tmp_path / "p", 10_000, 128, 3, seed=9, epochs=range(1, 3))
     m = json.loads((tmp_path / "p" / MANIFEST).read_text())
-    assert m["format"] == "epochplan-plan" and m["plan_file_version"] == 1
+    assert m["format"] == "epochplan-plan" and m["plan_file_version"] == 2
+    assert m["manifest_checksum"] == manifest_checksum(m)
     assert m["format_version"] == ep.FORMAT_VERSION
     assert (m["num_samples"], m["global_batch_size"], m["world_size"], m["seed"]) == (
         10_000,
@@ -362,6 +364,52 @@ def _edit_manifest(d: Path, change: dict[str, object]) -> None:
     (d / MANIFEST).write_text(json.dumps(m))
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        # Values that pass every check of their own: only the checksum sees them.
+        ({"seed": 4}, "seed"),
+        ({"kind": "uniform"}, "kind"),
+        ({"created_by": "someone else"}, "created_by"),
+        ({"extra": 1}, "a new key"),
+    ],
+)
+def test_an_edited_manifest_is_refused(
+    plan_dir: Path, change: dict[str, object], field: str
+) -> None:
+    _edit_manifest(plan_dir, change)
+    with pytest.raises(PlanError, match="manifest_checksum does not match"):
+        open_plan(plan_dir)
+    with pytest.raises(PlanError, match="manifest_checksum does not match"):
+        verify_plan(plan_dir)
+
+
+def test_every_byte_of_a_manifest_is_authenticated(tmp_path: Path) -> None:
+    # One bit flipped at each byte of a small plan's manifest: all four
+    # readers refuse every one with a PlanError naming the manifest.
+    pt = pytest.importorskip("epochplan.torch")
+    out = tmp_path / "p"
+    write_plan(out, 40, 8, 2, seed=5, epochs=(0, 1))
+    original = (out / MANIFEST).read_bytes()
+    readers = {
+        "open_plan": lambda: open_plan(out),
+        "rank_ids": lambda: open_plan(out).rank_ids(0, 1),
+        "PlanSampler": lambda: pt.PlanSampler(out, micro_batch_size=2, rank=0, num_replicas=2),
+        "verify_plan": lambda: verify_plan(out),
+    }
+    for i in range(len(original)):
+        flipped = bytearray(original)
+        flipped[i] ^= 0x01
+        (out / MANIFEST).write_bytes(bytes(flipped))
+        for name, read in readers.items():
+            with pytest.raises(PlanError, match=r"manifest\.json") as caught:
+                read()
+            assert caught.type is PlanError or issubclass(caught.type, PlanError), (name, i)
+    (out / MANIFEST).write_bytes(original)
+    for read in readers.values():
+        read()
+
+
 def _all_fail(d: Path, match: str, epoch: int = 0, rank: int = 1) -> None:
     """verify_plan, and open_plan + rank_ids, each raise PlanError(match)."""
     with pytest.raises(PlanError, match=match):
@@ -408,7 +456,7 @@ def test_missing_rank_file(plan_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"plan_file_version": 2}, "plan_file_version is 2; this release reads version 1"),
+        ({"plan_file_version": 1}, "plan_file_version is 1; this release reads version 2"),
         ({"format_version": 999}, "format_version is 999"),
         ({"format_version": 1.0}, "format_version is 1.0"),
         ({"plan_file_version": True}, "plan_file_version is True"),
@@ -547,6 +595,7 @@ def _rewrite_ids(d: Path, epoch: int, rank: int, edit: object) -> None:
     m = json.loads((d / MANIFEST).read_text())
     entry = next(e for e in m["files"] if e["epoch"] == epoch and e["rank"] == rank)
     entry["blake3"] = _native.file_checksum(f)
+    m["manifest_checksum"] = manifest_checksum(m)  # sealed again, as a writer would
     (d / MANIFEST).write_text(json.dumps(m))
     open_plan(d).rank_ids(epoch, rank)  # the checksum is consistent again
 

@@ -38,6 +38,7 @@ from epochplan.planfile.manifest import (
     FileEntry,
     Manifest,
     PlanSpec,
+    manifest_checksum,
     rank_file_name,
 )
 from epochplan.planfile.reader import PlanDirectory, RankFile, open_plan
@@ -56,6 +57,7 @@ __all__ = [
     "PlanSpec",
     "Progress",
     "RankFile",
+    "manifest_checksum",
     "open_plan",
     "rank_file_name",
     "verify_plan",

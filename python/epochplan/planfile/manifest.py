@@ -10,6 +10,7 @@ sizes, paths, step count), so a reader trusts a ``Manifest`` it was given.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -31,6 +32,7 @@ __all__ = [
     "FileEntry",
     "Manifest",
     "PlanSpec",
+    "manifest_checksum",
     "rank_file_name",
 ]
 
@@ -38,8 +40,9 @@ __all__ = [
 MANIFEST = "manifest.json"
 #: The manifest's ``format`` field.
 PLAN_FILE_FORMAT = "epochplan-plan"
-#: The layout version of plan directories this release writes and reads.
-PLAN_FILE_VERSION = 1
+#: The layout version of plan directories this release writes and reads
+#: (2: the manifest carries a checksum of its own content).
+PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
 
@@ -48,6 +51,17 @@ _KINDS = ("cipher", "uniform", "chunked", "identity")
 _MAX_U64 = 2**64 - 1
 # A manifest lists at most MAX_FILES files in a few hundred bytes each.
 _MAX_MANIFEST_BYTES = 1 << 30
+
+
+def manifest_checksum(manifest: Mapping[str, Any]) -> str:
+    """The checksum that authenticates a manifest: BLAKE2b-256 of its canonical
+    JSON (sorted keys, no spaces), every field but ``manifest_checksum`` itself
+    included. The rank files' checksums are fields, so the parameters, the
+    epochs and every file's ids are bound together: a reader refuses a
+    manifest changed in any byte."""
+    body = {key: value for key, value in manifest.items() if key != "manifest_checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return "blake2b-256:" + hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
 
 
 def rank_file_name(epoch: int, rank: int) -> str:
@@ -181,8 +195,9 @@ class Manifest:
         return self.files[epoch_index * w : (epoch_index + 1) * w]
 
     def to_json(self, created_by: str) -> dict[str, Any]:
-        """The manifest as written to ``manifest.json``."""
-        return {
+        """The manifest as written to ``manifest.json``, sealed with its
+        :func:`manifest_checksum`."""
+        manifest = {
             "format": PLAN_FILE_FORMAT,
             "plan_file_version": PLAN_FILE_VERSION,
             "format_version": FORMAT_VERSION,
@@ -196,6 +211,8 @@ class Manifest:
             "total_bytes": self.total_bytes,
             "files": [asdict(f) for f in self.files],
         }
+        manifest["manifest_checksum"] = manifest_checksum(manifest)
+        return manifest
 
     @classmethod
     def read(cls, path: Path) -> tuple[Manifest, dict[str, Any]]:
@@ -303,6 +320,13 @@ class Manifest:
             if not (isinstance(digest, str) and len(digest) == 64):
                 raise PlanError(f"{where}: files[{i}] has no valid 'blake3' checksum")
             entries.append(FileEntry(**want, blake3=digest))
+        # Last: every field above has a message of its own for a value that
+        # cannot be; this catches any change to a value that can.
+        if m.get("manifest_checksum") != manifest_checksum(m):
+            raise PlanError(
+                f"{where}: manifest_checksum does not match the manifest's content: it was "
+                "changed after the plan was written (write the plan again)"
+            )
         return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries))
 
 
