@@ -26,6 +26,7 @@ from epochplan.planfile import (
     manifest_checksum,
     open_plan,
     publish,
+    reader,
     verify,
     verify_plan,
     write,
@@ -443,6 +444,28 @@ def test_flipped_byte(plan_dir: Path, where: str) -> None:
     f.write_bytes(bytes(data))
     match = "checksum mismatch" if where == "data" else r"rank-00001\.npy: has (shape|dtype|a )"
     _all_fail(plan_dir, match)
+
+
+def test_sparse_rank_file_is_refused_before_any_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file of the right size that was never written (a hole) is refused by
+    # its allocated blocks, before a checksum reads it.
+    monkeypatch.setattr(reader, "is_local_filesystem", lambda path: True)
+    out = tmp_path / "p"
+    write_plan(out, 400_000, 1000, 2)
+    f = rank_file(out, 0, 1)
+    size = f.stat().st_size
+    f.unlink()
+    with open(f, "wb") as sparse:
+        sparse.truncate(size)
+    if f.stat().st_blocks * 512 * 8 >= size:  # pragma: no cover - depends on the filesystem
+        raise AssertionError("this filesystem wrote the hole's blocks")
+    for read in (lambda: open_plan(out), lambda: verify_plan(out)):
+        with pytest.raises(
+            PlanError, match=r"rank-00001\.npy: has \d+ bytes but only \d+ allocated"
+        ):
+            read()
 
 
 def test_missing_rank_file(plan_dir: Path) -> None:
@@ -1174,7 +1197,7 @@ def test_no_partial_is_removed_where_locks_may_not_be_shared(
     dead = tmp_path / f".p.partial-{2**22 + 1}-0000abcd"
     dead.mkdir()
     (dead / publish.LOCK).write_text("")
-    monkeypatch.setattr(publish, "_filesystem_type", lambda path: "nfs4")
+    monkeypatch.setattr(publish, "is_local_filesystem", lambda path: False)
     write_plan(tmp_path / "p", 100, 10, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [dead.name, "p"]
 

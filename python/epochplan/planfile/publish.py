@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from epochplan._system import is_local_filesystem
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import MANIFEST, PLAN_FILE_FORMAT, read_json
 
@@ -43,13 +44,6 @@ _PARTIAL = ".partial-"
 _PARTIAL_TAIL = re.compile(r"[0-9]+-(?:old-)?[0-9a-f]{8}")
 #: The file inside a partial directory that its writer holds locked while alive.
 LOCK = ".writer.lock"
-# Filesystems whose locks are local to this machine's kernel, so a lock held
-# by a live writer anywhere is seen here. On others (NFS, SMB, FUSE, cluster
-# filesystems) a lock may not be seen from another host, and no partial is
-# ever removed there.
-_LOCAL_FILESYSTEMS = frozenset(
-    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay", "ramfs", "jfs"}
-)
 
 
 def new_partial(out: Path, tag: str = "") -> Path:
@@ -86,25 +80,6 @@ class WriterLock:
         self._fd = None
 
 
-def _filesystem_type(path: Path) -> str | None:
-    """The type of the filesystem holding ``path`` (from /proc/self/mounts:
-    the mount point that is its longest prefix), or None where unknown."""
-    try:
-        with open("/proc/self/mounts") as f:
-            mounts = [line.split() for line in f]
-    except OSError:
-        return None
-    target, best, kind = os.path.realpath(path), -1, None
-    for fields in mounts:
-        if len(fields) < 3:
-            continue
-        point = fields[1].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > best:
-            best, kind = len(point), fields[2]
-    return kind
-
-
 def _abandoned(partial: Path) -> bool:
     """Whether ``partial`` was left by a writer that is gone: its lock file
     exists and nobody holds its lock. A partial without a lock file (an
@@ -126,7 +101,7 @@ def remove_stale_partials(out: Path) -> None:
     """Removes hidden partial siblings of ``out`` that writers which died
     left behind: only directories named as our partials are, whose writer's
     lock is free, on a filesystem whose locks every writer shares."""
-    if _filesystem_type(out.parent) not in _LOCAL_FILESYSTEMS:
+    if not is_local_filesystem(out.parent):
         return
     prefix = f".{out.name}{_PARTIAL}"
     with contextlib.suppress(OSError):

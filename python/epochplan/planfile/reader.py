@@ -15,11 +15,16 @@ import numpy.typing as npt
 import epochplan._native as _native
 from epochplan._args import int_arg
 from epochplan._native import EpochPlan
+from epochplan._system import is_local_filesystem
 from epochplan.planfile._checks import absolute, path_arg
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
 
 __all__ = ["PlanDirectory", "RankFile", "open_plan"]
+
+# Files smaller than this are not checked for holes: a filesystem may keep
+# small files inline or in shared blocks.
+_SPARSE_MIN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -164,8 +169,10 @@ class PlanDirectory:
         path = self.path / entry.path
         try:
             ids = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise PlanError(str(e)) from None
+        except OSError as e:
+            raise PlanError(f"{path}: cannot map: {e.strerror or e}") from None
+        except ValueError as e:
+            raise PlanError(f"{path}: {e}") from None
         if ids.dtype != np.dtype("<i8") or ids.shape != (entry.count,):
             raise PlanError(
                 f"{path}: holds {ids.dtype} {ids.shape}, expected int64 ({entry.count},)"
@@ -241,15 +248,27 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
         what = "is not a directory" if root.exists() else "does not exist"
         raise PlanError(f"{root}: {what}")
     parsed, raw = Manifest.read(root / MANIFEST)
+    # Cheap before expensive: each file's size and allocated blocks now, its
+    # checksum (a full read) when it is used.
+    blocks_are_real = is_local_filesystem(root)
     for entry in parsed.files:
         fpath = root / entry.path
         try:
-            size = fpath.stat().st_size
+            st = fpath.stat()
         except OSError:
             raise PlanError(f"{fpath}: missing rank file") from None
-        if size != entry.bytes:
+        if st.st_size != entry.bytes:
             raise PlanError(
-                f"{fpath}: has {size} bytes, the manifest says {entry.bytes} (truncated or altered)"
+                f"{fpath}: has {st.st_size} bytes, the manifest says {entry.bytes} "
+                "(truncated or altered)"
+            )
+        # A written file has its blocks; compression takes at most half of
+        # int64 ids, while a sparse file (a size set, nothing written) has none.
+        allocated = st.st_blocks * 512
+        if blocks_are_real and st.st_size >= _SPARSE_MIN and allocated * 8 < st.st_size:
+            raise PlanError(
+                f"{fpath}: has {st.st_size} bytes but only {allocated} allocated on disk: "
+                "a sparse file, whose ids were never written"
             )
     d = PlanDirectory(root, raw, parsed)
     if world_size is not None:
