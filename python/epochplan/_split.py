@@ -24,7 +24,7 @@ def split(
     ``r`` positions ``r, r + W, ...``; ``mode="contiguous"`` one block, the first
     ``n % W`` ranks one longer. Ranks differ by at most one element.
 
-    Example:
+    Examples:
         >>> split(10, 3, 1)
         array([1, 4, 7])
     """

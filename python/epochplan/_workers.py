@@ -33,7 +33,7 @@ def worker_shard(
     the worker is read from ``torch.utils.data.get_worker_info()`` (one worker
     outside a DataLoader).
 
-    Example:
+    Examples:
         >>> list(worker_shard(range(7), worker_id=1, num_workers=3))
         [1, 4]
     """

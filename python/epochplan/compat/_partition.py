@@ -74,7 +74,7 @@ def get_partitions(
         OverflowError: The partition would have more than 2**63 - 1 elements.
         MemoryError: The partition does not fit in memory.
 
-    Example:
+    Examples:
         >>> ids = get_partitions("orig", 10, 2, 2, 1, 1, 2)
         >>> ids.shape
         (2, 1, 1, 3, 2)
@@ -115,8 +115,14 @@ def get_partition_part(
     and errors are those of :func:`get_partitions` for the same arguments.
 
     Args:
-        algo, num_samples, num_canonical_nodes, num_physical_nodes,
-        ranks_per_node, workers_per_rank, batch_size, drop_first,
+        algo: As for :func:`get_partitions`.
+        num_samples: As for :func:`get_partitions`.
+        num_canonical_nodes: As for :func:`get_partitions`.
+        num_physical_nodes: As for :func:`get_partitions`.
+        ranks_per_node: As for :func:`get_partitions`.
+        workers_per_rank: As for :func:`get_partitions`.
+        batch_size: As for :func:`get_partitions`.
+        drop_first: As for :func:`get_partitions`.
         initial_physical_nodes: As for :func:`get_partitions`.
         node: The physical node, in ``[0, num_physical_nodes)``.
         rank: The rank within the node, in ``[0, ranks_per_node)``.
@@ -130,7 +136,7 @@ def get_partition_part(
         KeyError, ValueError, OverflowError, MemoryError: As for
             :func:`get_partitions`.
 
-    Example:
+    Examples:
         >>> get_partition_part("orig", 10, 2, 2, 1, 1, 2, node=1, rank=0).tolist()
         [[[5, 6], [7, 8], [9, -1]]]
     """

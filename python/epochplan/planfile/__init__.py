@@ -20,7 +20,7 @@ checked once), :mod:`~epochplan.planfile.write`, :mod:`~epochplan.planfile.publi
 (atomic publication), :mod:`~epochplan.planfile.reader` and
 :mod:`~epochplan.planfile.verify`.
 
-Example:
+Examples:
     >>> from epochplan.planfile import write_plan, open_plan
     >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
     >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped  # doctest: +SKIP

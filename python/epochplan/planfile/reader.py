@@ -34,7 +34,7 @@ class PlanDirectory:
     ``manifest`` is the manifest's JSON as read; ``parsed`` the same, checked
     (a :class:`~epochplan.planfile.Manifest`).
 
-    Example:
+    Examples:
         >>> d = open_plan("plan")  # doctest: +SKIP
         >>> d.world_size, d.epochs  # doctest: +SKIP
         (8, [0, 1])

@@ -64,8 +64,13 @@ def write_plan(
     Args:
         out: the plan directory to create (its parents are created too, and
             removed again if the write fails).
-        num_samples, global_batch_size, seed, kind, chunk_size,
-            preload_nchunks, drop_last: as for :class:`epochplan.EpochPlan`.
+        num_samples: samples per epoch, as for :class:`epochplan.EpochPlan`.
+        global_batch_size: samples per step over all ranks.
+        seed: the orders' seed.
+        kind: the kind of order (``"uniform"`` holds its permutation in memory).
+        chunk_size: samples per chunk (``kind="chunked"``).
+        preload_nchunks: chunks per shuffle window (``kind="chunked"``).
+        drop_last: drop the short last step.
         world_size: the number of ranks (one file per rank and epoch).
         epochs: the epochs to write (distinct ints).
         force: replace ``out`` if it is an existing plan directory (an empty
@@ -81,7 +86,7 @@ def write_plan(
         PlanError: ``out`` exists (without ``force``), the disk is too small,
             or a file cannot be written. ValueError, TypeError: bad arguments.
 
-    Example:
+    Examples:
         >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
     """
     num_samples = int_arg(num_samples, "num_samples", 0, _native.MAX_SAMPLES)

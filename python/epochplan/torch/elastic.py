@@ -117,7 +117,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             given).
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
 
-    Example:
+    Examples:
         >>> sampler = ElasticBatchSampler(9, 9, 4, num_replicas=2, rank=1, seed=0)
         >>> [len(mb) for mb in sampler], len(sampler)
         ([2, 2], 2)
@@ -344,7 +344,7 @@ class ChunkSampler(ElasticBatchSampler):
     per step (``micro_batch_size=`` splits it further). On one process this is
     the usual per-loader batch size.
 
-    Example:
+    Examples:
         >>> sampler = ChunkSampler(100, chunk_size=10, preload_nchunks=2, batch_size=8,
         ...                        num_replicas=1, rank=0)
         >>> len(sampler), len(next(iter(sampler)))

@@ -46,7 +46,7 @@ class PlanSampler(ElasticBatchSampler):
         rank, num_replicas, rank_fn: as for ``ElasticBatchSampler``.
         epoch: the first epoch to serve (default: the plan's first).
 
-    Example:
+    Examples:
         >>> sampler = PlanSampler("plan/", micro_batch_size=32)  # doctest: +SKIP
         >>> for epoch in sampler.plan_dir.epochs:  # doctest: +SKIP
         ...     sampler.set_epoch(epoch)

@@ -27,7 +27,7 @@ def set_rank_provider(fn: RankProvider | None) -> None:
     Used by every sampler of this module when neither arguments, nor
     ``torch.distributed``, nor ``RANK`` / ``WORLD_SIZE`` give the rank.
 
-    Example:
+    Examples:
         >>> set_rank_provider(lambda: (jax.process_index(), jax.process_count()))
         ... # doctest: +SKIP
     """
@@ -64,7 +64,7 @@ def resolve_rank(
             ``[0, num_replicas - 1]``.
         TypeError: a value is not an int.
 
-    Example:
+    Examples:
         >>> resolve_rank(4, 1)
         (1, 4)
     """
