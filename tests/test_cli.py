@@ -7,8 +7,10 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -342,3 +344,66 @@ def test_closed_stdout_and_stderr(tmp_path: Path, closed: str) -> None:
     res = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     verify_plan(out)
+
+
+# A child that runs the command with the native module's import held up for
+# seconds: a signal that arrives then must exit as documented.
+_SLOW_IMPORT = """
+import sys, time
+
+class HoldUp:
+    def find_spec(self, name, path=None, target=None):
+        if name == "epochplan._native":
+            time.sleep(5)
+        return None
+
+sys.meta_path.insert(0, HoldUp())
+from epochplan.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _default_signals() -> None:
+    # A test run in the background ignores SIGINT, and under nohup SIGHUP.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (SigCgt)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "message"),
+    [
+        (signal.SIGINT, 130, "epochplan: interrupted"),
+        (signal.SIGTERM, 143, "epochplan: terminated by SIGTERM"),
+        (signal.SIGHUP, 129, "epochplan: terminated by SIGHUP"),
+    ],
+)
+def test_a_signal_while_the_command_starts_exits_as_documented(
+    tmp_path: Path, sig: signal.Signals, code: int, message: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_IMPORT, "plan", "-n", "1e6", "--out", str(tmp_path / "p")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: [
+            signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)
+        ],
+    )
+    deadline = time.monotonic() + 30
+    # The handlers are installed before the commands are imported.
+    while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert stderr.strip() == message
+    assert not (tmp_path / "p").exists()

@@ -4,22 +4,48 @@ A permutation with O(1) random access, and epoch plans that are exact (every
 sample once), equal-step (every rank the same number of steps and
 micro-batches), elastic (the same global batches for any world size) and
 resumable, computed in Rust.
+
+The names below are loaded on first use, so that ``import epochplan`` (and
+the ``epochplan`` command, before it handles signals) does not wait for numpy
+and the native module.
 """
 
-from epochplan._native import (
-    FORMAT_VERSION,
-    MAX_SAMPLES,
-    EpochPlan,
-    MicroBatches,
-    Permutation,
-    get_num_threads,
-    permutation,
-    set_num_threads,
-)
-from epochplan._split import split
-from epochplan._types import MicroBatch
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from epochplan._version import __version__ as __version__
-from epochplan._workers import worker_shard
+
+if TYPE_CHECKING:
+    from epochplan._native import (
+        FORMAT_VERSION,
+        MAX_SAMPLES,
+        EpochPlan,
+        MicroBatches,
+        Permutation,
+        get_num_threads,
+        permutation,
+        set_num_threads,
+    )
+    from epochplan._split import split
+    from epochplan._types import MicroBatch
+    from epochplan._workers import worker_shard
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "FORMAT_VERSION": "epochplan._native",
+    "MAX_SAMPLES": "epochplan._native",
+    "EpochPlan": "epochplan._native",
+    "MicroBatches": "epochplan._native",
+    "Permutation": "epochplan._native",
+    "get_num_threads": "epochplan._native",
+    "permutation": "epochplan._native",
+    "set_num_threads": "epochplan._native",
+    "split": "epochplan._split",
+    "MicroBatch": "epochplan._types",
+    "worker_shard": "epochplan._workers",
+}
 
 __all__ = [
     "FORMAT_VERSION",
@@ -34,3 +60,16 @@ __all__ = [
     "split",
     "worker_shard",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'epochplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

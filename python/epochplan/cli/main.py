@@ -17,17 +17,18 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from epochplan._version import __version__
-from epochplan.cli import bench, permute, plan, verify
-from epochplan.cli.arguments import Help, Parser, UsageError
-
 __all__ = ["build_parser", "main"]
 
 PROG = "epochplan"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command's argument parser."""
+    """The command's argument parser. Imports the commands, and with them
+    numpy and the native module."""
+    from epochplan._version import __version__
+    from epochplan.cli import bench, permute, plan, verify
+    from epochplan.cli.arguments import Help, Parser
+
     parser = Parser(
         prog=PROG,
         description="epochplan: exact, equal-step, elastic epoch plans.\n\n"
@@ -80,18 +81,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    prog = f"{PROG} {args.command}"
+    prog = PROG
     try:
-        code = _dispatch(args, prog)
+        # The handlers come first: importing the commands (numpy, the native
+        # module) takes a few hundred milliseconds, and a signal then must exit
+        # as documented too, not with a traceback or without a word.
+        with _unwind_on_termination():
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return 2
+            prog = f"{PROG} {args.command}"
+            code = _run(args, prog)
         # Written out here, whatever the outcome, so that a closed pipe is met
         # below rather than at exit (stdout to a pipe is block-buffered).
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except _Terminated as e:
+        print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except BrokenPipeError:
         # The reader of the output went away (``epochplan permute | head``):
         # stop quietly, as a tool killed by SIGPIPE would, without a second
@@ -102,23 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
-def _dispatch(args: argparse.Namespace, prog: str) -> int:
-    """Runs the command; a failure is one line on stderr and its exit status."""
+def _run(args: argparse.Namespace, prog: str) -> int:
+    """Runs the command; a failure is one line on stderr and its exit status
+    (signals and a closed pipe are left to :func:`main`)."""
+    from epochplan.cli.arguments import UsageError
+
     try:
-        with _unwind_on_termination():
-            code: int = args.run(args)
+        code: int = args.run(args)
         return code
     except UsageError as e:
         print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except _Terminated as e:
-        print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
-        return 128 + e.signum
     except BrokenPipeError:
-        raise  # for main
+        raise
     except (ValueError, TypeError, OverflowError, OSError, MemoryError) as e:
         msg = str(e) or type(e).__name__
         if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
