@@ -15,6 +15,8 @@ MODULES = [
     "epochplan.torch.rank",
     "epochplan.torch.distributed",
     "epochplan.torch.elastic",
+    "epochplan.torch.nodes",
+    "epochplan.grain",
     "epochplan.compat._partition",
     "epochplan.compat._shuffle",
 ]
