@@ -4,17 +4,24 @@ its exact variant without padding or dropping (for evaluation).
 Rank ``r`` gets positions ``r, r + W, ...`` of the epoch's order, computed
 lazily in chunks from a :class:`~epochplan.Permutation`: the first index comes
 at once and nothing of size N is built.
+
+Both classes are subclasses of torch's ``DistributedSampler``, so the
+``isinstance`` checks of training loops and frameworks hold (Lightning keeps
+the sampler instead of sharding the data a second time), but none of torch's
+code runs: its ``__init__`` (float sizes, ``torch.distributed`` as the only
+rank source) and its ``__iter__`` (a list of all N indices on every rank) are
+replaced, and every attribute torch users read is set here.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from torch.utils.data import Sampler
+from torch.utils.data import distributed as torch_distributed
 
 from epochplan._args import int_arg
 from epochplan._native import Permutation
@@ -44,27 +51,40 @@ class _ChunkProgress:
         # Set by cut(): whether the iteration was interrupted, and with ids left.
         self.interrupted = False
         self.cut_short = False
+        # What an assignment to the sampler's `yielded` added to the count.
+        self.shift = 0
 
     def yielded(self) -> int:
         if self.live is None:
-            return self.done
+            return self.done + self.shift
         base, ids, it = self.live
         # A list iterator knows how many items it still holds.
-        return base + len(ids) - operator.length_hint(it)
+        return base + len(ids) - operator.length_hint(it) + self.shift
 
     def cut(self) -> None:
         """Ends the chunk being handed out: its iterator stops at its next
-        item. Records the interruption, and whether any ids were left."""
+        item. Records the interruption, and whether any ids were left; the
+        count stays what it was."""
         self.interrupted = True
         if self.live is not None:
             _, ids, it = self.live
             self.cut_short |= operator.length_hint(it) > 0
+            self.done, self.live = self.yielded() - self.shift, None
             ids.clear()
 
 
-class _StridedSampler(Sampler[int]):
-    """Rank ``r`` gets positions ``r, r + W, ...`` of the epoch's order, lazily."""
+class _StridedSampler(torch_distributed.DistributedSampler[int]):
+    """Rank ``r`` gets positions ``r, r + W, ...`` of the epoch's order, lazily.
 
+    A torch ``DistributedSampler`` for ``isinstance``, whose methods are all
+    replaced: torch's ``__init__`` is not called, its ``__iter__`` never runs.
+    """
+
+    # The key of torchdata's StatefulDistributedSampler state (its class has the
+    # same constant, which code written for it may read).
+    _YIELDED: ClassVar[str] = "yielded"
+
+    dataset: Sized  # type: ignore[assignment]  # torch annotates Dataset; any sized works
     total_size: int
     num_samples: int
 
@@ -77,6 +97,9 @@ class _StridedSampler(Sampler[int]):
         seed: int,
         rank_fn: RankProvider | None,
     ) -> None:
+        # torch's __init__ is not called: it sizes with floats (wrong past 2**53)
+        # and knows no rank source but torch.distributed; every attribute it
+        # sets is set here or in the subclass.
         if not isinstance(dataset, Sized):
             raise TypeError(
                 f"dataset must be a sized dataset (with len()), got {type(dataset).__name__}"
@@ -91,8 +114,35 @@ class _StridedSampler(Sampler[int]):
         self._n = len(dataset)
         self._key = _seed_arg(seed, "seed")
         self._resume: int | None = None
+        # Whether _resume came from a torchdata state, which has no epoch: then it
+        # is the position in whichever epoch is set next (see load_state_dict).
+        self._resume_any_epoch = False
         self._progress = _ChunkProgress()
         self._epoch_set = False  # see keeps_set_epoch
+
+    @property
+    def yielded(self) -> int:
+        """Indices the current (or last) iteration has handed out, counted from
+        the epoch's start: torchdata's ``StatefulDistributedSampler.yielded``.
+
+        Assigning it changes the count that :meth:`state_dict` saves, not the
+        indices served (as in torchdata); a loaded position not yet used
+        (:attr:`next_yielded`) is saved before it.
+        """
+        return self._progress.yielded()
+
+    @yielded.setter
+    def yielded(self, value: int) -> None:
+        value = int_arg(value, "yielded")
+        if not 0 <= value <= self.num_samples:
+            raise ValueError(f"yielded must be in [0, {self.num_samples}], got {value}")
+        self._progress.shift += value - self._progress.yielded()
+
+    @property
+    def next_yielded(self) -> int | None:
+        """The loaded position the next iteration starts at (it skips that many
+        indices), or None: torchdata's ``StatefulDistributedSampler.next_yielded``."""
+        return self._resume
 
     def __len__(self) -> int:
         """Indices the next iteration yields: ``num_samples``, less a loaded
@@ -109,7 +159,9 @@ class _StridedSampler(Sampler[int]):
         if epoch != self.epoch:
             self._interrupt()
             self.epoch = epoch
-            self._resume, self._progress = None, _ChunkProgress()
+            if not self._resume_any_epoch:
+                self._resume = None
+            self._progress = _ChunkProgress()
         self._epoch_set = True
 
     def _interrupt(self) -> None:
@@ -146,7 +198,7 @@ class _StridedSampler(Sampler[int]):
         return self._generate()
 
     def _generate(self) -> Iterator[int]:
-        first, self._resume = (self._resume or 0), None
+        first, self._resume, self._resume_any_epoch = (self._resume or 0), None, False
         progress = self._progress = _ChunkProgress(first)
         count = self.num_samples
         if first >= count:
@@ -184,10 +236,15 @@ class _StridedSampler(Sampler[int]):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`; the next iteration skips the yielded
-        indices (an iteration still running raises RuntimeError at its next item)."""
+        """Restores :meth:`state_dict`, or a state of torchdata's
+        ``StatefulDistributedSampler`` (``{"yielded": k}``, same world size);
+        the next iteration skips the yielded indices (an iteration still running
+        raises RuntimeError at its next item)."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+        if state_dict.keys() == {"yielded"}:
+            self._load_torchdata_state(state_dict)
+            return
         missing = {"epoch", "seed", "yielded"} - state_dict.keys()
         if missing:
             raise ValueError(f"state_dict is missing the keys {sorted(missing)}")
@@ -207,14 +264,11 @@ class _StridedSampler(Sampler[int]):
                     f"num_replicas={self.num_replicas}: this state resumes on the same world "
                     "size only (ElasticBatchSampler resumes on any)"
                 )
-        yielded = int_arg(state_dict["yielded"], "state_dict['yielded']")
-        if not 0 <= yielded <= self.num_samples:
-            raise ValueError(
-                f"state_dict['yielded'] must be in [0, {self.num_samples}], got {yielded}"
-            )
+        yielded = self._yielded_arg(state_dict["yielded"])
         key = _seed_arg(state_dict["seed"], "state_dict['seed']")
         _seed_arg(state_dict["epoch"], "state_dict['epoch']")
         self._interrupt()
+        self._resume_any_epoch = False
         self.seed = operator.index(state_dict["seed"])
         self._key = key
         epoch = operator.index(state_dict["epoch"])
@@ -223,6 +277,35 @@ class _StridedSampler(Sampler[int]):
             return
         self.set_epoch(epoch)
         self._resume, self._epoch_set = yielded, False
+
+    def _yielded_arg(self, value: object) -> int:
+        yielded = int_arg(value, "state_dict['yielded']")
+        if not 0 <= yielded <= self.num_samples:
+            raise ValueError(
+                f"state_dict['yielded'] must be in [0, {self.num_samples}], got {yielded}"
+            )
+        return yielded
+
+    def _load_torchdata_state(self, state_dict: dict[str, Any]) -> None:
+        """``{"yielded": k}`` of torchdata's sampler, which saves neither the
+        epoch nor the seed: this sampler's seed, and the epoch set for the next
+        iteration, whether ``set_epoch`` comes before the load (as in
+        ``StatefulDataLoader``, which loads at ``iter()``) or after it.
+
+        A finished epoch's state (k = ``num_samples``) loaded after
+        ``set_epoch`` is taken as the end of the epoch before it: the set epoch
+        starts from its beginning (torchdata's own sampler serves an empty epoch
+        then, meta-pytorch/data#1513).
+        """
+        yielded = self._yielded_arg(state_dict["yielded"])
+        self._interrupt()
+        if yielded == self.num_samples and self._epoch_set:
+            self._resume, self._resume_any_epoch = None, False
+            self._progress = _ChunkProgress()
+            return
+        # A finished state without set_epoch ends the sampler's current epoch.
+        self._resume, self._resume_any_epoch = yielded, yielded < self.num_samples
+        self._epoch_set = False
 
 
 class DistributedSampler(_StridedSampler):
@@ -248,10 +331,13 @@ class DistributedSampler(_StridedSampler):
         drop_last: drop the tail instead of padding.
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
 
-    ``state_dict()`` / ``load_state_dict()`` (torchdata's Stateful protocol)
-    save ``{"epoch", "seed", "yielded", "num_replicas"}``; the next iteration
-    after a load skips the yielded indices (same world size: another is a
-    ValueError).
+    A subclass of torch's ``DistributedSampler`` (``isinstance`` holds), and a
+    drop-in for torchdata's ``StatefulDistributedSampler`` too:
+    ``state_dict()`` / ``load_state_dict()`` save ``{"epoch", "seed",
+    "yielded", "num_replicas"}`` and also load torchdata's ``{"yielded": k}``;
+    the next iteration after a load skips the yielded indices (same world size:
+    another is a ValueError). ``yielded`` and ``next_yielded`` mean what they
+    mean in torchdata. See the guide ``docs/guides/migrate-torch.md``.
 
     Example:
         >>> sampler = DistributedSampler(range(10), num_replicas=3, rank=1, shuffle=False)
