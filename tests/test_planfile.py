@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -468,6 +469,28 @@ def test_sparse_rank_file_is_refused_before_any_read(
             read()
 
 
+@pytest.mark.parametrize("what", ["manifest", "epoch directory", "rank file"])
+def test_links_out_of_the_plan_directory_are_refused(tmp_path: Path, what: str) -> None:
+    # A copy of the plan's own files elsewhere, linked in: every reader refuses
+    # the link rather than follow it (it could lead to another plan's files).
+    out, elsewhere = tmp_path / "p", tmp_path / "elsewhere"
+    write_plan(out, 1000, 100, 2)
+    shutil.copytree(out, elsewhere)
+    target = {
+        "manifest": Path(MANIFEST),
+        "epoch directory": Path("epoch-0000"),
+        "rank file": Path("epoch-0000/rank-00001.npy"),
+    }[what]
+    if (out / target).is_dir():
+        shutil.rmtree(out / target)
+    else:
+        (out / target).unlink()
+    (out / target).symlink_to(elsewhere / target)
+    for read in (lambda: open_plan(out), lambda: verify_plan(out)):
+        with pytest.raises(PlanError, match=rf"{target.name}: is a link"):
+            read()
+
+
 def test_missing_rank_file(plan_dir: Path) -> None:
     rank_file(plan_dir, 0, 3).unlink()
     with pytest.raises(PlanError, match=r"rank-00003\.npy: missing rank file"):
@@ -578,8 +601,8 @@ def test_missing_or_broken_manifest(plan_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="not a plan directory"):
         write_plan(plan_dir, 100, 10, 2, force=True)
     (plan_dir / MANIFEST).unlink()
-    (plan_dir / MANIFEST).symlink_to("/dev/zero")
-    with pytest.raises(PlanError, match="not a regular file"):
+    (plan_dir / MANIFEST).symlink_to("/dev/zero")  # refused as a link, before any read
+    with pytest.raises(PlanError, match="is a link"):
         verify_plan(plan_dir)
     (plan_dir / MANIFEST).unlink()
     with pytest.raises(PlanError, match="missing"):

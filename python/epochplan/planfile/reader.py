@@ -5,6 +5,7 @@ ids are used."""
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,11 @@ class RankFile:
         return f"RankFile({str(self.path)!r}, count={self.count})"
 
 
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise PlanError(f"{path}: is a link; a plan directory holds its own files")
+
+
 def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) -> PlanDirectory:
     """Opens a plan directory: reads and checks its manifest, and that every
     rank file exists with its recorded size (checksums are checked when a
@@ -247,16 +253,24 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise PlanError(f"{root}: {what}")
+    # A plan directory holds its own files: a link (which may lead anywhere,
+    # another plan's files included) is refused, not followed.
+    _refuse_link(root / MANIFEST)
     parsed, raw = Manifest.read(root / MANIFEST)
+    for folder in sorted({Path(entry.path).parent for entry in parsed.files}):
+        _refuse_link(root / folder)
     # Cheap before expensive: each file's size and allocated blocks now, its
     # checksum (a full read) when it is used.
     blocks_are_real = is_local_filesystem(root)
     for entry in parsed.files:
         fpath = root / entry.path
         try:
-            st = fpath.stat()
+            st = fpath.lstat()
         except OSError:
             raise PlanError(f"{fpath}: missing rank file") from None
+        if not stat.S_ISREG(st.st_mode):
+            what = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise PlanError(f"{fpath}: is {what}; a plan directory holds its own rank files")
         if st.st_size != entry.bytes:
             raise PlanError(
                 f"{fpath}: has {st.st_size} bytes, the manifest says {entry.bytes} "
