@@ -177,7 +177,7 @@ class EpochPlanSampler:
         shard_options: Grain's ``ShardOptions``; ``shard_count`` is the world size.
         num_epochs: epochs to serve; ``None`` repeats without end.
 
-    Example:
+    Examples:
         >>> import epochplan as ep
         >>> from grain.sharding import ShardOptions
         >>> plan = ep.EpochPlan(10, 4, seed=0)
@@ -287,7 +287,7 @@ def map_dataset(
         shard_options: this shard's ``ShardOptions`` (rank and world size).
         num_epochs: epochs to serve; ``None`` repeats without end.
 
-    Example:
+    Examples:
         >>> import epochplan as ep
         >>> from grain.sharding import ShardOptions
         >>> ds = map_dataset(ep.EpochPlan(10, 4), ShardOptions(shard_index=2, shard_count=3))

@@ -339,7 +339,7 @@ class DistributedSampler(_StridedSampler):
     another is a ValueError). ``yielded`` and ``next_yielded`` mean what they
     mean in torchdata. See the guide ``docs/guides/migrate-torch.md``.
 
-    Example:
+    Examples:
         >>> sampler = DistributedSampler(range(10), num_replicas=3, rank=1, shuffle=False)
         >>> list(sampler)
         [1, 4, 7, 0]
@@ -382,7 +382,7 @@ class ExactDistributedSampler(_StridedSampler):
     samples twice). Same arguments as :class:`DistributedSampler` without
     ``drop_last``; ``total_size`` is N.
 
-    Example:
+    Examples:
         >>> [list(ExactDistributedSampler(range(5), 2, r, shuffle=False)) for r in (0, 1)]
         [[0, 2, 4], [1, 3]]
     """

@@ -67,7 +67,7 @@ class SamplerWrapper(BaseNode[T], Generic[T]):  # type: ignore[misc]  # torchdat
         initial_epoch: the epoch of the first iteration.
         epoch_updater: the next epoch from the current one (default ``+ 1``).
 
-    Example:
+    Examples:
         >>> from torchdata.nodes import Loader
         >>> from epochplan.torch import ElasticBatchSampler
         >>> sampler = ElasticBatchSampler(10, 4, 2, num_replicas=2, rank=0)
