@@ -18,6 +18,7 @@ every initial node count to every other), then random cases from hypothesis.
 from __future__ import annotations
 
 import itertools
+import linecache
 import logging
 import math
 import multiprocessing
@@ -68,9 +69,23 @@ def _outcome(name: str, func: Callable[..., Any] | None, args: Args) -> tuple[An
         try:
             result, error = func(*args), None
         except Exception as exc:
-            result, error = None, type(exc)
+            result, error = None, exc
     seen = [(w.category, str(w.message)) for w in caught]
     return result, error, seen, list(log.messages)
+
+
+def streaming_raised_it(exc: BaseException) -> bool:
+    """Whether Streaming raised `exc` on purpose: a ``raise`` statement of its
+    own, or its lookup of the algorithm's name (KeyError, or TypeError for
+    an unhashable name). Not a failure inside numpy or of its arithmetic
+    (ZeroDivisionError), where our message names the argument instead."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or "streaming" not in tb.tb_frame.f_code.co_filename:
+        return False
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    return line.startswith("raise ") or line == "get = algos[algo]"
 
 
 def compare(args: Args) -> str | None:
@@ -91,8 +106,11 @@ def _difference(args: Args) -> str | None:
     got, got_error, got_warnings, got_logs = _outcome("epochplan", get_partitions, args)
     _LAST_OK[0] = want_error is None
     if want_error is not None or got_error is not None:
-        if want_error is not got_error:
-            return f"{args}: Streaming raised {want_error}, epochplan {got_error}"
+        if type(want_error) is not type(got_error):
+            return f"{args}: Streaming raised {want_error!r}, epochplan {got_error!r}"
+        # Streaming's own message comes first in ours, word for word.
+        if streaming_raised_it(want_error) and not str(got_error).startswith(str(want_error)):
+            return f"{args}: Streaming's message {want_error}, epochplan's {got_error}"
     elif want.shape != got.shape or want.dtype != got.dtype:
         return f"{args}: shape/dtype {want.shape}/{want.dtype} vs {got.shape}/{got.dtype}"
     elif not np.array_equal(want, got):
@@ -317,6 +335,32 @@ def test_unknown_algorithm_and_order_of_checks() -> None:
     )
 
 
+@needs_streaming
+def test_streaming_checks_come_before_the_zero_counts_it_divides_by() -> None:
+    # Streaming divides by a zero count only after its own checks; where one
+    # of them fails first, ours gives its message too.
+    check_all(
+        [
+            ("orig", 10, 3, 2, 1, 0, 1, 0, None),  # no workers, nodes that do not divide
+            ("orig", 10, 3, 2, 1, 1, 0, 0, None),  # batch size 0, the same
+            ("orig", 0, 3, 2, 1, 1, 1, 0, None),  # no samples, the same
+            ("orig", 0, 1, 1, 1, 1, 1, 2, None),  # no samples, drop_first past the end
+            ("orig", 10, 0, 2, 1, 1, 1, 13, None),  # no canonical nodes, the same
+            ("relaxed", 10, 0, 2, 1, 0, 0, 13, 3),
+            ("relaxed", 10, 3, 2, 1, 1, 0, 0, 4),  # global batch 0, then 3 and 4 nodes
+            ("bogus", 10, 0, 1, 1, 0, 0, 0, None),  # the name before the counts
+        ],
+        min_ok=0.0,
+    )
+
+
+def test_unknown_algorithm_is_streamings_key_error_with_a_note() -> None:
+    with pytest.raises(KeyError) as info:
+        get_partitions("fast", 20, 2, 2, 1, 1, 1)
+    assert info.value.args == ("fast",)
+    assert info.value.__notes__ == ['algo must be "orig" or "relaxed", got \'fast\'']
+
+
 @st.composite
 def any_args(draw: st.DrawFn) -> Args:
     n = draw(st.integers(1, 10_000))
@@ -434,15 +478,25 @@ def test_part_of_a_huge_plan_is_computed_alone() -> None:
         ({"workers_per_rank": 0}, ValueError, "workers_per_rank"),
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"drop_first": -1}, ValueError, "drop_first"),
-        ({"drop_first": 23}, ValueError, "drop_first"),
+        (
+            {"drop_first": 23},
+            ValueError,
+            r"^Resuming further into the dataset \(23\) than it has samples \(20\): drop_first",
+        ),
         ({"num_samples": 2.0}, TypeError, "num_samples must be an int"),
         ({"batch_size": True}, TypeError, "batch_size must be an int"),
-        ({"algo": ["orig"]}, TypeError, "algo must be a str, got list"),
-        ({"algo": "fast"}, KeyError, 'algo must be "orig" or "relaxed", got'),
+        ({"algo": ["orig"]}, TypeError, "^unhashable type: 'list'; algo must be a str, got list"),
+        # Streaming's KeyError, the names in a note (pytest matches notes too).
+        ({"algo": "fast"}, KeyError, r"^'fast'\nalgo must be \"orig\" or \"relaxed\", got 'fast'$"),
         ({"drop_first": None}, TypeError, "drop_first must be an int, got NoneType"),
         ({"num_samples": 2**63}, ValueError, "num_samples"),
         ({"num_samples": 2**62, "batch_size": 2**62}, OverflowError, "2\\*\\*63 - 1"),
-        ({"num_canonical_nodes": 3}, ValueError, "multiples of one another"),
+        (
+            {"num_canonical_nodes": 3},
+            ValueError,
+            "^Either canonical or physical nodes must be evenly divisible by the other, .*: "
+            r"num_canonical_nodes \(3\) and num_physical_nodes \(2\) must be multiples",
+        ),
         (
             {"algo": "relaxed", "num_canonical_nodes": 3, "initial_physical_nodes": 0},
             ValueError,
@@ -456,7 +510,8 @@ def test_part_of_a_huge_plan_is_computed_alone() -> None:
         (
             {"algo": "relaxed", "num_canonical_nodes": 3, "initial_physical_nodes": 5},
             ValueError,
-            "global batch size",
+            "^A global batch size of 2 is not evenly divisible by the initial total number of "
+            r"devices of 5\. .*initial_physical_nodes \* ranks_per_node",
         ),
     ],
 )

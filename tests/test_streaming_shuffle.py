@@ -282,9 +282,14 @@ def test_tie_rule_is_stable_order() -> None:
 
 def test_bad_inputs() -> None:
     sizes = np.array([3, 4], dtype=np.int64)
-    with pytest.raises(KeyError, match=r'algo must be one of .*"py1e".*, got .*py3s'):
+    # Streaming's KeyError (the name alone), the allowed names in its note.
+    # (pytest matches the notes too).
+    with pytest.raises(
+        KeyError, match=r"^'py3s'\nalgo must be one of .*\"py1e\".*, got 'py3s'$"
+    ) as info:
         get_shuffle("py3s", sizes, 1, 0, 0)
-    with pytest.raises(TypeError, match="algo must be a str, got list"):
+    assert info.value.args == ("py3s",)
+    with pytest.raises(TypeError, match=r"^unhashable type: 'list'; algo must be a str, got list"):
         get_shuffle(["py1e"], sizes, 1, 0, 0)  # type: ignore[arg-type]
     for name in (None, 1, b"py1e"):
         with pytest.raises(KeyError):
@@ -310,7 +315,11 @@ def test_bad_inputs() -> None:
     assert len(get_shuffle("naive", sizes, 0, 0, 0)) == 7
     # Streaming's own failures: an empty canonical node (py1e), an empty
     # random block range (py1e, py1br).
-    with pytest.raises(ValueError, match="num_canonical_nodes"):
+    with pytest.raises(
+        ValueError,
+        match=r"^The number of samples assigned to a canonical node is 0\. .*, which is 8\. "
+        r".*num_canonical_nodes=8 leaves one without samples, 7 samples in all",
+    ):
         get_shuffle("py1e", sizes, 8, 0, 0)
     with pytest.raises(ValueError, match="block_size"):
         get_shuffle("py1e", sizes, 1, 0, 0, 0)
@@ -323,6 +332,21 @@ def test_bad_inputs() -> None:
         get_shuffle("py1s", sizes, 1, 0, 0, block_size=None),  # type: ignore[arg-type]
         get_shuffle("py1s", sizes, 1, 0, 0),
     )
+
+
+@pytest.mark.parametrize(
+    ("algo", "sizes", "num_canonical_nodes"),
+    [("py3s", [3, 4], 1), (None, [3, 4], 1), (["py1e"], [3, 4], 1), ("py1e", [3, 4], 8)],
+)
+def test_messages_begin_with_streamings(
+    algo: Any, sizes: list[int], num_canonical_nodes: int
+) -> None:
+    get_shuffle_ref = load_shuffle().get_shuffle
+    with pytest.raises(Exception) as theirs:
+        get_shuffle_ref(algo, np.array(sizes), num_canonical_nodes, 0, 0)
+    with pytest.raises(type(theirs.value)) as ours:
+        get_shuffle(algo, np.array(sizes), num_canonical_nodes, 0, 0)
+    assert str(ours.value).startswith(str(theirs.value))
 
 
 def test_lists_and_numpy_scalars_are_accepted() -> None:

@@ -5,18 +5,21 @@ workers and batches with a chain of numpy reshapes over the whole epoch. Here
 each output element is computed from its index, in parallel, straight into the
 returned array; :func:`get_partition_part` computes one rank's part alone.
 
-Inputs, outputs, exception types and warnings are Streaming's (0.13): the
-same int64 array, including its ``-1`` padding and repeated samples,
-``ValueError`` where Streaming raises one, ``KeyError`` for an unknown
-``algo``, and the same ``UserWarning`` texts. Streaming's "rounding
-``drop_first`` down" message is logged at WARNING level on the
-``epochplan.compat.streaming`` logger. As with Streaming, warnings and log
-messages come out even when other arguments are then rejected.
+Inputs, outputs, exceptions and warnings are Streaming's (0.13): the same
+int64 array, including its ``-1`` padding and repeated samples; where
+Streaming raises, the same exception type, its message first (our account in
+terms of the arguments follows), in Streaming's order of checks; Streaming's
+``KeyError(algo)`` for an unknown ``algo`` (the allowed names in a note); and
+the same ``UserWarning`` texts. Streaming's "rounding ``drop_first`` down"
+message is logged at WARNING level on the ``epochplan.compat.streaming``
+logger. As with Streaming, warnings and log messages come out even when other
+arguments are then rejected.
 
-The one difference: arguments that are not positive integers
-(``drop_first``: not a non-negative integer), on which Streaming fails by
-accident (``ZeroDivisionError``) or slices from the end, raise ``TypeError``
-or ``ValueError`` naming the argument, before any warning.
+The one difference: arguments on which Streaming fails by accident
+(``ZeroDivisionError``) or slices from the end raise ``TypeError`` or
+``ValueError`` naming the argument: non-integers and negative values first,
+a zero count where Streaming would first divide by it (after Streaming's own
+checks, before any warning). See docs/guides/migrate-streaming.md.
 """
 
 from __future__ import annotations

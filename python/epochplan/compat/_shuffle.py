@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -23,6 +24,16 @@ _BLOCK_WARNING = (
     f"will result in these shards not being shuffled with other shards. Set{_GAP}"
     "shuffle_block_size to a larger value for a higher quality shuffle."
 )
+
+
+def _with_note(error: BaseException, note: str) -> BaseException:
+    """``error`` with ``note`` added (``BaseException.add_note``, or its
+    ``__notes__`` where Python 3.10 has no ``add_note``)."""
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
+    else:
+        vars(error)["__notes__"] = [note]
+    return error
 
 
 def get_shuffle(
@@ -65,10 +76,12 @@ def get_shuffle(
         An int64 array: the sample id at each position of the epoch.
 
     Raises:
-        KeyError: ``algo`` is not one of the names above (as Streaming).
+        KeyError: ``algo`` is not one of the names above: Streaming's
+            ``KeyError(algo)``, the names in its note.
         ValueError: an argument is out of range, or ``"py1e"`` is left with a
             canonical node without samples (as Streaming).
-        TypeError: an argument has the wrong type.
+        TypeError: an argument has the wrong type (an unhashable ``algo``:
+            Streaming's "unhashable type" message first).
 
     Warns:
         UserWarning: ``"py1e"`` met a shard piece larger than its random block
@@ -81,15 +94,16 @@ def get_shuffle(
         >>> sorted(ids.tolist()) == list(range(12))
         True
     """
-    # Streaming looks the name up in a dict: any other hashable value is a
-    # KeyError, an unhashable one (a list, say) a TypeError.
+    # Streaming looks the name up in a dict: an unhashable value (a list,
+    # say) is its TypeError, any other unknown value its KeyError, whose only
+    # argument is the value; the allowed names come in a note.
     try:
         known = algo in ALGOS
-    except TypeError:
-        raise TypeError(f"algo must be a str, got {type(algo).__name__}") from None
+    except TypeError as unhashable:
+        raise TypeError(f"{unhashable}; algo must be a str, got {type(algo).__name__}") from None
     if not known or not isinstance(algo, str):
         names = ", ".join(f'"{name}"' for name in sorted(ALGOS))
-        raise KeyError(f"algo must be one of {names}, got {algo!r}")
+        raise _with_note(KeyError(algo), f"algo must be one of {names}, got {algo!r}")
     ids, block_smaller_than_shard = _native.streaming_get_shuffle(
         algo, shard_sizes, num_canonical_nodes, seed, epoch, block_size
     )

@@ -35,33 +35,22 @@ fn resolve(
     drop_first: &Bound<'_, PyAny>,
     initial_physical_nodes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Partition> {
+    // Zero counts pass here: the core refuses each where Streaming would
+    // first divide by it, after Streaming's own checks (whose messages come
+    // first, as in Streaming). Zero nodes or ranks fail Streaming's first
+    // line, so they are refused here.
     let mut args = PartitionArgs {
-        num_samples: int_arg(num_samples, "num_samples", 1, MAX_I64)?,
-        num_canonical_nodes: int_arg(num_canonical_nodes, "num_canonical_nodes", 1, MAX_I64)?,
+        num_samples: int_arg(num_samples, "num_samples", 0, MAX_I64)?,
+        num_canonical_nodes: int_arg(num_canonical_nodes, "num_canonical_nodes", 0, MAX_I64)?,
         num_physical_nodes: int_arg(num_physical_nodes, "num_physical_nodes", 1, MAX_I64)?,
         ranks_per_node: int_arg(ranks_per_node, "ranks_per_node", 1, MAX_I64)?,
-        workers_per_rank: int_arg(workers_per_rank, "workers_per_rank", 1, MAX_I64)?,
-        batch_size: int_arg(batch_size, "batch_size", 1, MAX_I64)?,
+        workers_per_rank: int_arg(workers_per_rank, "workers_per_rank", 0, MAX_I64)?,
+        batch_size: int_arg(batch_size, "batch_size", 0, MAX_I64)?,
         drop_first: int_arg(drop_first, "drop_first", 0, MAX_I64)?,
         initial_physical_nodes: None,
     };
     check_drop_first(&args).py()?;
-    // Streaming looks the name up in a dict: any other hashable value is a
-    // KeyError, an unhashable one a TypeError.
-    let algo = match algo.cast::<PyString>() {
-        Ok(name) => Algo::parse(&name.to_string_lossy()),
-        Err(_) if algo.hash().is_err() => {
-            return Err(PyTypeError::new_err(format!(
-                "algo must be a str, got {}",
-                algo.get_type().name()?
-            )))
-        }
-        Err(_) => None,
-    }
-    .ok_or_else(|| {
-        let got = algo.repr().map(|r| r.to_string()).unwrap_or_default();
-        PyKeyError::new_err(format!(r#"algo must be "orig" or "relaxed", got {got}"#))
-    })?;
+    let algo = algo_arg(py, algo)?;
     // Read only where Streaming reads it, as it ignores it elsewhere.
     if algo.reads_initial_physical_nodes(args.num_canonical_nodes, args.num_physical_nodes) {
         args.initial_physical_nodes =
@@ -70,6 +59,38 @@ fn resolve(
     let (partition, notices) = Partition::resolve(algo, &args);
     report(py, &notices)?;
     partition.py()
+}
+
+/// The algorithm, looked up as Streaming looks it up in a dict: an unhashable
+/// value is Streaming's TypeError ("unhashable type: ..."), any other unknown
+/// value its KeyError, whose only argument is the value (so `str(error)` is
+/// the same); the allowed names come in a note.
+fn algo_arg(py: Python<'_>, algo: &Bound<'_, PyAny>) -> PyResult<Algo> {
+    if let Ok(name) = algo.cast::<PyString>() {
+        if let Some(algo) = Algo::parse(&name.to_string_lossy()) {
+            return Ok(algo);
+        }
+    }
+    if let Err(unhashable) = algo.hash() {
+        if !unhashable.is_instance_of::<PyTypeError>(py) {
+            return Err(unhashable);
+        }
+        return Err(PyTypeError::new_err(format!(
+            "{}; algo must be a str, got {}",
+            unhashable.value(py),
+            algo.get_type().name()?
+        )));
+    }
+    let error = PyKeyError::new_err((algo.clone().unbind(),));
+    let note = format!(r#"algo must be "orig" or "relaxed", got {}"#, algo.repr()?);
+    let value = error.value(py);
+    if value.hasattr("add_note")? {
+        value.call_method1("add_note", (note,))?;
+    } else {
+        // Python 3.10: no add_note, the note is kept where 3.11 keeps it.
+        value.setattr("__notes__", vec![note])?;
+    }
+    Err(error)
 }
 
 /// Emits Streaming's notices, in order. A warning filter set to "error"

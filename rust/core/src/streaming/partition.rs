@@ -366,6 +366,22 @@ struct Layout {
     next_batch: Walk,
 }
 
+/// Streaming's message when canonical and physical node counts do not divide
+/// one another, to the word.
+const NOT_DIVISIBLE: &str = "Either canonical or physical nodes must be evenly divisible by \
+     the other, otherwise striping slices of shards over nodes may lead to each node \
+     downloading all shards";
+
+/// A count Streaming divides by: zero is refused, naming it.
+fn positive(name: &str, value: u64) -> Result<()> {
+    if value == 0 {
+        return Err(Error::Value(format!(
+            "{name} must be an int in [1, 2**63 - 1], got 0"
+        )));
+    }
+    Ok(())
+}
+
 fn overflow(what: &str, value: u128) -> Error {
     Error::Overflow(format!(
         "{what} = {value} is more than 2**63 - 1; the partition cannot be represented"
@@ -408,19 +424,20 @@ impl Layout {
         notices: &mut Vec<Notice>,
     ) -> Result<Layout> {
         let (n, c, p) = (samples, canonical_nodes, nodes);
-        if n == 0 || c == 0 || p == 0 || ranks == 0 || workers == 0 || batch == 0 {
-            return Err(Error::Value(format!(
-                "num_samples, num_canonical_nodes, {nodes_name}, ranks_per_node, \
-                 workers_per_rank and batch_size must be >= 1, got {n}, {c}, {p}, {ranks}, \
-                 {workers} and {batch}"
-            )));
-        }
+        positive("num_canonical_nodes", c)?;
+        positive(nodes_name, p)?;
+        positive("ranks_per_node", ranks)?;
         if (c < p && p % c != 0) || (p < c && c % p != 0) {
             return Err(Error::Value(format!(
-                "num_canonical_nodes ({c}) and {nodes_name} ({p}) must be multiples of one \
-                 another: otherwise slices of every shard would be striped over every node"
+                "{NOT_DIVISIBLE}: num_canonical_nodes ({c}) and {nodes_name} ({p}) must be \
+                 multiples of one another"
             )));
         }
+        // Streaming divides by these only after its own checks above, so
+        // those come first (as in Streaming), these before any notice.
+        positive("num_samples", n)?;
+        positive("workers_per_rank", workers)?;
+        positive("batch_size", batch)?;
         let mut drop = drop_first;
         if !drop.is_multiple_of(p) {
             notices.push(Notice::Log(
@@ -681,9 +698,11 @@ pub fn check_drop_first(args: &PartitionArgs) -> Result<()> {
     let n = u128::from(a.num_samples);
     let padded = n + world - n % world;
     if u128::from(a.drop_first) > padded {
+        // Streaming's message, then which bound drop_first passed.
         return Err(Error::Value(format!(
-            "drop_first ({}) is past the end of the epoch: num_samples ({}) padded to a \
-             multiple of num_physical_nodes * ranks_per_node ({world}) is {padded}",
+            "Resuming further into the dataset ({}) than it has samples ({}): drop_first \
+             must be at most num_samples padded to the next multiple of num_physical_nodes \
+             * ranks_per_node ({world}), {padded}",
             a.drop_first, a.num_samples
         )));
     }
@@ -726,6 +745,8 @@ impl Partition {
         let a = *args;
         let (p, r, b) = (a.num_physical_nodes, a.ranks_per_node, a.batch_size);
         let c = a.num_canonical_nodes;
+        // Streaming divides by it in its next check, under either algorithm.
+        positive("num_canonical_nodes", c)?;
         let initial = a
             .initial_physical_nodes
             .filter(|_| algo.reads_initial_physical_nodes(c, p));
@@ -760,11 +781,13 @@ impl Partition {
         )?;
         let initial_world = u128::from(initial) * u128::from(r);
         if global % initial_world != 0 {
+            // Streaming's message, then the arguments it is made of.
             return Err(Error::Value(format!(
-                "relaxed: the global batch size num_physical_nodes * ranks_per_node * \
-                 batch_size ({global}) must be a multiple of initial_physical_nodes * \
-                 ranks_per_node ({initial_world}): the global batch size must not change \
-                 when resuming"
+                "A global batch size of {global} is not evenly divisible by the initial total \
+                 number of devices of {initial_world}. Make sure that when using the `relaxed` \
+                 partitioning algorithm, the global batch size does not change during \
+                 resumption of training. (num_physical_nodes * ranks_per_node * batch_size \
+                 must be a multiple of initial_physical_nodes * ranks_per_node.)"
             )));
         }
         let initial_batch = fits(
@@ -1039,9 +1062,34 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         let e = Partition::new(Algo::Orig, &args(10, 3, 2, 1, 1, 1, 0)).unwrap_err();
-        assert!(matches!(e, Error::Value(m) if m.contains("multiples")));
+        assert!(
+            matches!(e, Error::Value(m) if m.starts_with("Either canonical or physical nodes must be evenly divisible") && m.contains("num_canonical_nodes (3)"))
+        );
         let e = Partition::new(Algo::Orig, &args(10, 1, 1, 1, 1, 1, 12)).unwrap_err();
-        assert!(matches!(e, Error::Value(m) if m.contains("drop_first")));
+        assert!(
+            matches!(e, Error::Value(m) if m.starts_with("Resuming further into the dataset (12) than it has samples (10)") && m.contains("drop_first"))
+        );
+        // Streaming's checks come before the refusal of a zero count it
+        // would divide by later.
+        let e = Partition::new(Algo::Orig, &args(10, 3, 2, 1, 0, 0, 0)).unwrap_err();
+        assert!(matches!(e, Error::Value(m) if m.starts_with("Either canonical")));
+        let e = Partition::new(Algo::Orig, &args(10, 0, 1, 1, 1, 1, 12)).unwrap_err();
+        assert!(matches!(e, Error::Value(m) if m.starts_with("Resuming further")));
+        for (zero, name) in [
+            (1, "num_canonical_nodes"),
+            (0, "num_samples"),
+            (4, "workers_per_rank"),
+            (5, "batch_size"),
+        ] {
+            let mut counts = [10, 2, 2, 1, 1, 1];
+            counts[zero] = 0;
+            let [n, c, p, r, w, b] = counts;
+            let e = Partition::new(Algo::Orig, &args(n, c, p, r, w, b, 0)).unwrap_err();
+            assert!(
+                matches!(&e, Error::Value(m) if m.starts_with(name)),
+                "{e:?}"
+            );
+        }
         let e = Partition::new(Algo::Orig, &args(5, 1, 4, 1, 1, 1, 0)).unwrap_err();
         assert!(matches!(e, Error::Value(m) if m.contains("too few")));
         let e = Partition::new(Algo::Orig, &args(u64::MAX / 2, 1, 1, 1, 1, 2, 0)).unwrap_err();

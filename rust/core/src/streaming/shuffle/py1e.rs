@@ -185,9 +185,15 @@ pub(super) fn py1e(
         spans[first..last].iter().map(|&(b, e)| e - b).sum()
     };
     if parts.iter().any(|p| node_len(p) == 0) {
+        // Streaming's message, then what it means here.
         return Err(Error::Value(format!(
-            "num_canonical_nodes={ncn} leaves a canonical node without samples \
-             ({num_samples} samples in all): py1e needs at least one sample per canonical node"
+            "The number of samples assigned to a canonical node is 0. This very likely \
+             indicates that the number of samples in this stream is less than the number of \
+             canonical nodes, which is {ncn}. Please check your index.json file and ensure \
+             that your dataset has been written out correctly. If this was intended, reduce \
+             num_canonical_nodes. (py1e needs at least one sample per canonical node; \
+             num_canonical_nodes={ncn} leaves one without samples, {num_samples} samples in \
+             all.)"
         )));
     }
     let blocks = Py1eBlocks {
