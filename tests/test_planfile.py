@@ -20,6 +20,7 @@ import pytest
 
 import epochplan as ep
 from epochplan import _native
+from epochplan._native import _testing
 from epochplan.planfile import (
     MANIFEST,
     PlanError,
@@ -110,7 +111,7 @@ def test_manifest_records_parameters_sizes_and_checksums(tmp_path: Path) -> None
     for f in m["files"]:
         data = (d.path / f["path"]).read_bytes()
         assert len(data) == f["bytes"]
-        assert _native.file_checksum(d.path / f["path"]) == f["blake3"]
+        assert _testing.file_checksum(d.path / f["path"]) == f["blake3"]
         assert f["count"] == ep.EpochPlan(10_000, 128).rank_size(f["rank"], 3)
     assert m["total_bytes"] == sum(f["bytes"] for f in m["files"])
 
@@ -640,7 +641,7 @@ def _rewrite_ids(d: Path, epoch: int, rank: int, edit: object) -> None:
     f.write_bytes(_native.npy_header(len(ids)) + ids.astype("<i8").tobytes())
     m = json.loads((d / MANIFEST).read_text())
     entry = next(e for e in m["files"] if e["epoch"] == epoch and e["rank"] == rank)
-    entry["blake3"] = _native.file_checksum(f)
+    entry["blake3"] = _testing.file_checksum(f)
     m["manifest_checksum"] = manifest_checksum(m)  # sealed again, as a writer would
     (d / MANIFEST).write_text(json.dumps(m))
     open_plan(d).rank_ids(epoch, rank)  # the checksum is consistent again

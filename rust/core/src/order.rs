@@ -12,6 +12,9 @@ use std::sync::Arc;
 /// The largest supported number of samples: ids must fit in int64.
 pub const MAX_SAMPLES: u64 = i64::MAX as u64;
 
+/// The kinds' names, as users write them (the order [`Kind::parse`] lists).
+pub const KIND_NAMES: [&str; 4] = ["cipher", "uniform", "chunked", "identity"];
+
 /// How the epoch's samples are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -69,9 +72,11 @@ impl Kind {
                 });
             }
             other => {
+                let names: Vec<String> = KIND_NAMES.iter().map(|k| format!("'{k}'")).collect();
                 return Err(Error::Value(format!(
-                    "kind must be one of 'cipher', 'uniform', 'chunked', 'identity', got {other:?}"
-                )))
+                    "kind must be one of {}, got {other:?}",
+                    names.join(", ")
+                )));
             }
         };
         if chunk_size.is_some() || preload_nchunks.is_some() {

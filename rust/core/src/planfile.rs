@@ -18,6 +18,8 @@
 //! the reader accepts 1.0, 2.0 and 3.0.
 
 use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::order::Order;
 use crate::parallel;
 use crate::plan::Plan;
 use rayon::prelude::*;
@@ -147,6 +149,9 @@ pub trait RankSink: Send {
 #[derive(Debug)]
 pub struct FileSink {
     paths: Vec<PathBuf>,
+    /// What errors call each file: `paths`, or the names the files will
+    /// have once published (a writer working in a temporary directory).
+    shown: Vec<PathBuf>,
     fsync: bool,
     file: Option<(File, usize)>,
 }
@@ -155,18 +160,42 @@ impl FileSink {
     /// A sink writing the `i`-th rank to `paths[i]` (created, never overwritten).
     pub fn new(paths: Vec<PathBuf>, fsync: bool) -> FileSink {
         FileSink {
+            shown: paths.clone(),
             paths,
             fsync,
             file: None,
         }
     }
 
-    fn io_error(&self, index: usize, err: std::io::Error) -> Error {
-        let path = self.paths.get(index).map(|p| p.display().to_string());
-        Error::Value(format!(
-            "cannot write {}: {err}",
-            path.unwrap_or_else(|| "?".into())
-        ))
+    /// The same sink with its errors naming `shown[i]` for `paths[i]`: the
+    /// files' final paths, when they are written under temporary ones.
+    pub fn shown_as(self, shown: Vec<PathBuf>) -> Result<FileSink> {
+        if shown.len() != self.paths.len() {
+            return Err(Error::Value(format!(
+                "display paths must have one entry per file ({}), got {}",
+                self.paths.len(),
+                shown.len()
+            )));
+        }
+        Ok(FileSink { shown, ..self })
+    }
+
+    /// The number of files.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// True when the sink has no files.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    fn io_error(&self, index: usize, action: &str, err: &std::io::Error) -> Error {
+        let path = self
+            .shown
+            .get(index)
+            .map_or(Path::new("?"), PathBuf::as_path);
+        Error::io(path, action, err)
     }
 }
 
@@ -180,7 +209,7 @@ impl RankSink for FileSink {
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(|e| self.io_error(index, e))?;
+            .map_err(|e| self.io_error(index, "cannot create", &e))?;
         self.file = Some((file, index));
         Ok(())
     }
@@ -189,7 +218,7 @@ impl RankSink for FileSink {
         if let Some((file, index)) = self.file.as_mut() {
             let index = *index;
             if let Err(e) = file.write_all(bytes) {
-                return Err(self.io_error(index, e));
+                return Err(self.io_error(index, "cannot write", &e));
             }
         }
         Ok(())
@@ -198,7 +227,8 @@ impl RankSink for FileSink {
     fn close(&mut self) -> Result<()> {
         if let Some((file, index)) = self.file.take() {
             if self.fsync {
-                file.sync_all().map_err(|e| self.io_error(index, e))?;
+                file.sync_all()
+                    .map_err(|e| self.io_error(index, "cannot write", &e))?;
             }
         }
         Ok(())
@@ -419,30 +449,23 @@ fn write_loop<S: RankSink>(
     Ok(infos)
 }
 
-/// Writes the shares of `ranks` to `paths` (one new file each, never
-/// overwriting), see [`stream_ranks`].
+/// Writes the shares of `ranks` to the files of `files` (one new file
+/// each, never overwriting), see [`stream_ranks`].
 pub fn write_rank_files(
     plan: &Plan,
     world_size: u64,
     ranks: &[u64],
-    paths: Vec<PathBuf>,
-    fsync: bool,
+    files: FileSink,
     progress: &mut dyn FnMut(u64) -> bool,
 ) -> Result<Vec<FileInfo>> {
-    if paths.len() != ranks.len() {
+    if files.len() != ranks.len() {
         return Err(Error::Value(format!(
             "paths must have one entry per rank ({}), got {}",
             ranks.len(),
-            paths.len()
+            files.len()
         )));
     }
-    stream_ranks(
-        plan,
-        world_size,
-        ranks,
-        FileSink::new(paths, fsync),
-        progress,
-    )
+    stream_ranks(plan, world_size, ranks, files, progress)
 }
 
 /// One file an epoch's verification expects, as the manifest describes it.
@@ -467,7 +490,7 @@ fn chunk_len(count: u64) -> usize {
 
 /// A failed check: the file and the first thing wrong with it.
 fn violation(path: &Path, what: impl std::fmt::Display) -> Error {
-    Error::Value(format!("{}: {what}", path.display()))
+    Error::plan_file(path, what)
 }
 
 /// Opens a plan file and checks its size and header against `file`; returns
@@ -487,10 +510,10 @@ fn open_checked(file: &ExpectedFile) -> Result<(File, blake3::Hasher)> {
             ),
         ));
     }
-    let mut f = File::open(path).map_err(|e| violation(path, format!("cannot open: {e}")))?;
+    let mut f = File::open(path).map_err(|e| Error::io(path, "cannot open", &e))?;
     let size = f
         .metadata()
-        .map_err(|e| violation(path, format!("cannot stat: {e}")))?
+        .map_err(|e| Error::io(path, "cannot stat", &e))?
         .len();
     if size != file.bytes {
         return Err(violation(
@@ -504,7 +527,7 @@ fn open_checked(file: &ExpectedFile) -> Result<(File, blake3::Hasher)> {
     let expected = npy_header(file.count);
     let mut head = vec![0u8; expected.len().min(size as usize)];
     f.read_exact(&mut head)
-        .map_err(|e| violation(path, format!("cannot read the header: {e}")))?;
+        .map_err(|e| Error::io(path, "cannot read the header", &e))?;
     if head != expected {
         let what = match parse_npy_header(&head) {
             Err(e) => e,
@@ -562,7 +585,7 @@ fn stream_ids(
         }
         let len = chunk_len(file.count - index) * 8;
         f.read_exact(&mut buf[..len])
-            .map_err(|e| violation(&file.path, format!("cannot read: {e}")))?;
+            .map_err(|e| Error::io(&file.path, "cannot read", &e))?;
         hasher.update(&buf[..len]);
         visit(index, &buf[..len])?;
         index += (len / 8) as u64;
@@ -585,13 +608,13 @@ pub fn check_rank_file(file: &ExpectedFile, progress: &mut dyn FnMut(u64) -> boo
 
 /// The BLAKE3 of a whole file, as 64 lowercase hex digits.
 pub fn file_checksum(path: &Path) -> Result<String> {
-    let mut f = File::open(path).map_err(|e| violation(path, format!("cannot open: {e}")))?;
+    let mut f = File::open(path).map_err(|e| Error::io(path, "cannot open", &e))?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; CHUNK_IDS];
     loop {
         let got = f
             .read(&mut buf)
-            .map_err(|e| violation(path, format!("cannot read: {e}")))?;
+            .map_err(|e| Error::io(path, "cannot read", &e))?;
         if got == 0 {
             return Ok(hasher.finalize().to_hex().to_string());
         }
@@ -625,25 +648,30 @@ impl Bitmap {
     }
 }
 
-/// Verifies all rank files of one epoch of `plan` for `world_size` ranks:
-/// each file's size, header, checksum and length (the plan's rank share),
-/// every id against the plan (when `order_known`), and exact coverage
-/// (every id in `[0, N)` at most once, none that the steps leave out, and as
-/// many ids as the steps hold). With `order_known` false, the plan's order
-/// only stands in for its sizes (a uniform table is not built): the ids are
-/// then not compared with the plan, and the steps must leave no position
-/// out. Returns the first violation, by file, as a
-/// `Value` error `"<path>: <what>"`. `progress` gets bytes read so far.
+/// Verifies all rank files of one epoch for `world_size` ranks against its
+/// `layout` and, when known, its `order`: each file's size, header, checksum
+/// and length (the layout's rank share), every id against the plan (with the
+/// order), and exact coverage (every id in `[0, N)` at most once, none that
+/// the steps leave out, and as many ids as the steps hold). Without the
+/// order (a uniform table is not built) the ids are not compared with the
+/// plan, and the steps must leave no position out. Returns the first
+/// violation, by file, as an [`Error::PlanFile`] (a fault of the whole epoch
+/// names the epoch's directory) or the [`Error::Io`] of a file that cannot
+/// be read. `progress` gets bytes read so far.
 pub fn verify_rank_files(
-    plan: &Plan,
+    layout: &Layout,
+    order: Option<&Order>,
     world_size: u64,
     files: &[ExpectedFile],
-    order_known: bool,
     progress: &mut dyn FnMut(u64) -> bool,
 ) -> Result<()> {
+    let epoch_dir = files
+        .first()
+        .and_then(|f| f.path.parent())
+        .unwrap_or(Path::new(""));
     for file in files {
         crate::split::check_rank(file.rank, world_size)?;
-        let want = plan.rank_len(file.rank, world_size)?;
+        let want = layout.rank_len(file.rank, world_size)?;
         if file.count != want {
             return Err(violation(
                 &file.path,
@@ -654,41 +682,46 @@ pub fn verify_rank_files(
             ));
         }
     }
-    let n = plan.num_samples();
-    let bitmap = Bitmap::new(n)?;
-    let left_out = LeftOut::of(plan);
-    if !order_known && !left_out.is_empty() {
-        return Err(Error::Value(
-            "checking which ids the steps leave out needs the epoch's order".to_string(),
-        ));
+    let plan = order
+        .map(|o| Plan::from_parts(*layout, o.clone()))
+        .transpose()?;
+    let bitmap = Bitmap::new(layout.num_samples())?;
+    let left_out = LeftOut::of(layout);
+    match &plan {
+        Some(plan) => left_out.mark(plan.order(), &bitmap),
+        None if !left_out.is_empty() => {
+            return Err(violation(
+                epoch_dir,
+                "checking which ids the steps leave out needs the epoch's order",
+            ))
+        }
+        None => {}
     }
-    left_out.mark(plan, &bitmap);
-    let left_out = &left_out;
+    let checks = Checks {
+        layout,
+        plan: plan.as_ref(),
+        bitmap: &bitmap,
+        left_out: &left_out,
+    };
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let (done, stop, bitmap) = (&done, &stop, &bitmap);
+    let (done, stop, checks) = (&done, &stop, &checks);
     with_progress(done, stop, progress, move || {
         let results: Vec<Result<()>> = parallel::install(|| {
             files
                 .par_iter()
                 .with_max_len(1)
-                .map(|file| {
-                    let checks = Checks {
-                        plan,
-                        bitmap,
-                        left_out,
-                    };
-                    verify_one(&checks, world_size, file, order_known, stop, done)
-                })
+                .map(|file| verify_one(checks, world_size, file, stop, done))
                 .collect()
         })?;
         results.into_iter().collect::<Result<()>>()?;
         let total: u64 = files.iter().map(|f| f.count).sum();
-        let want = plan.cursor_at_step(plan.num_steps()) - plan.cursor();
+        let want = layout.cursor_at_step(layout.num_steps()) - layout.cursor();
         if total != want {
-            return Err(Error::Value(format!(
-                "the epoch's files hold {total} ids, its steps hold {want}"
-            )));
+            return Err(violation(
+                epoch_dir,
+                format!("the epoch's files hold {total} ids, its steps hold {want}"),
+            ));
         }
         Ok(())
     })
@@ -699,9 +732,9 @@ pub fn verify_rank_files(
 struct LeftOut([(u64, u64); 2]);
 
 impl LeftOut {
-    fn of(plan: &Plan) -> LeftOut {
-        let end = plan.cursor_at_step(plan.num_steps());
-        LeftOut([(0, plan.cursor()), (end, plan.num_samples())])
+    fn of(layout: &Layout) -> LeftOut {
+        let end = layout.cursor_at_step(layout.num_steps());
+        LeftOut([(0, layout.cursor()), (end, layout.num_samples())])
     }
 
     fn is_empty(&self) -> bool {
@@ -709,14 +742,14 @@ impl LeftOut {
     }
 
     /// Calls `f` with the ids at the left-out positions, a chunk at a time.
-    fn for_each_chunk(&self, plan: &Plan, mut f: impl FnMut(&[i64]) -> bool) {
+    fn for_each_chunk(&self, order: &Order, mut f: impl FnMut(&[i64]) -> bool) {
         const CHUNK: u64 = 1 << 16;
         for &(begin, end) in &self.0 {
             let mut at = begin;
             while at < end {
                 let len = CHUNK.min(end - at);
                 let mut ids: Vec<i64> = (at as i64..(at + len) as i64).collect();
-                plan.order().map_slice(&mut ids);
+                order.map_slice(&mut ids);
                 if !f(&ids) {
                     return;
                 }
@@ -727,8 +760,8 @@ impl LeftOut {
 
     /// Sets the bits of the left-out ids, so that one of them in a file
     /// reads as already seen.
-    fn mark(&self, plan: &Plan, bitmap: &Bitmap) {
-        self.for_each_chunk(plan, |ids| {
+    fn mark(&self, order: &Order, bitmap: &Bitmap) {
+        self.for_each_chunk(order, |ids| {
             for &id in ids {
                 bitmap.test_and_set(id as u64);
             }
@@ -736,10 +769,14 @@ impl LeftOut {
         });
     }
 
-    /// Whether `id` is left out (slow: only to word a violation).
-    fn contains(&self, plan: &Plan, id: i64) -> bool {
+    /// Whether `id` is left out (slow: only to word a violation; never
+    /// without the order, as nothing is left out then).
+    fn contains(&self, plan: Option<&Plan>, id: i64) -> bool {
+        let Some(plan) = plan else {
+            return false;
+        };
         let mut found = false;
-        self.for_each_chunk(plan, |ids| {
+        self.for_each_chunk(plan.order(), |ids| {
             found = ids.contains(&id);
             !found
         });
@@ -749,7 +786,9 @@ impl LeftOut {
 
 /// What every id of a file is checked against.
 struct Checks<'a> {
-    plan: &'a Plan,
+    layout: &'a Layout,
+    /// The layout with the epoch's order, when it is known.
+    plan: Option<&'a Plan>,
     /// The ids seen so far in the epoch, and the left-out ones.
     bitmap: &'a Bitmap,
     left_out: &'a LeftOut,
@@ -759,30 +798,21 @@ fn verify_one(
     checks: &Checks,
     world_size: u64,
     file: &ExpectedFile,
-    order_known: bool,
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> Result<()> {
     let (mut f, mut hasher) = open_checked(file)?;
-    let plan = checks.plan;
     // With the order known, every id is compared with the plan's, computed
     // a chunk at a time alongside the reading (as the writer computed them).
-    let mut expected = vec![
-        0i64;
-        if order_known {
-            chunk_len(file.count)
-        } else {
-            0
-        }
-    ];
-    let mut at = (plan.start_step(), 0);
+    let mut expected = vec![0i64; checks.plan.map_or(0, |_| chunk_len(file.count))];
+    let mut at = (checks.layout.start_step(), 0);
     // The first bad id; reading goes on to the end, so that a checksum
     // mismatch (the file changed after it was written) is reported first.
     let mut bad: Option<String> = None;
     stream_ids(file, &mut f, &mut hasher, stop, done, |start, bytes| {
         if bad.is_none() {
-            let want = &mut expected[..if order_known { bytes.len() / 8 } else { 0 }];
-            if order_known {
+            let want = &mut expected[..checks.plan.map_or(0, |_| bytes.len() / 8)];
+            if let Some(plan) = checks.plan {
                 at = plan.fill_rank_ids(at.0, at.1, file.rank, world_size, want);
             }
             bad = first_bad_id(start, bytes, want, checks);
@@ -801,7 +831,7 @@ fn verify_one(
 /// not known), outside `[0, n)`, left out by the steps or already seen in
 /// the epoch.
 fn first_bad_id(start: u64, bytes: &[u8], expected: &[i64], checks: &Checks) -> Option<String> {
-    let n = checks.plan.num_samples();
+    let n = checks.layout.num_samples();
     for (k, raw) in bytes.chunks_exact(8).enumerate() {
         let mut word = [0u8; 8];
         word.copy_from_slice(raw);
@@ -958,7 +988,8 @@ mod tests {
             .iter()
             .map(|r| dir.join(format!("r{r}.npy")))
             .collect();
-        let infos = write_rank_files(p, w, &ranks, paths.clone(), false, &mut |_| true).unwrap();
+        let sink = FileSink::new(paths.clone(), false);
+        let infos = write_rank_files(p, w, &ranks, sink, &mut |_| true).unwrap();
         ranks
             .iter()
             .zip(paths)
@@ -974,7 +1005,7 @@ mod tests {
     }
 
     fn verify(p: &Plan, w: u64, files: &[ExpectedFile]) -> Result<()> {
-        verify_rank_files(p, w, files, true, &mut |_| true)
+        verify_rank_files(p.layout(), Some(p.order()), w, files, &mut |_| true)
     }
 
     #[test]
@@ -1020,5 +1051,56 @@ mod tests {
             .to_string();
         assert!(err.contains("truncated or altered"), "{err}");
         assert!(verify(&p, 2, &files).is_err());
+    }
+
+    #[test]
+    fn io_failures_keep_their_kind_and_name_the_shown_path() {
+        let dir = TempDir::new("io");
+        let p = plan(100, 8, false);
+        let files = written(&p, 2, &dir.0);
+        // Written again to the same paths: the files exist.
+        let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
+        let shown: Vec<PathBuf> = ["/final/r0.npy", "/final/r1.npy"].map(PathBuf::from).into();
+        let sink = FileSink::new(paths, false).shown_as(shown).unwrap();
+        let err = write_rank_files(&p, 2, &[0, 1], sink, &mut |_| true).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { kind: std::io::ErrorKind::AlreadyExists, path, .. }
+                if path == Path::new("/final/r0.npy")),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("/final/r0.npy: cannot create: "),
+            "{err}"
+        );
+        std::fs::remove_file(&files[1].path).unwrap();
+        let err = verify(&p, 2, &files).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { kind: std::io::ErrorKind::NotFound, errno: Some(_), path, .. }
+                if *path == files[1].path),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn verification_without_the_order_needs_no_left_out_positions() {
+        let dir = TempDir::new("layout");
+        let p = plan(100, 8, false);
+        let files = written(&p, 2, &dir.0);
+        assert_eq!(
+            verify_rank_files(p.layout(), None, 2, &files, &mut |_| true),
+            Ok(())
+        );
+        let dropped = plan(100, 8, true);
+        let dropped_dir = TempDir::new("layout-dropped");
+        let files = written(&dropped, 2, &dropped_dir.0);
+        let err = verify_rank_files(dropped.layout(), None, 2, &files, &mut |_| true).unwrap_err();
+        assert_eq!(
+            err,
+            Error::plan_file(
+                &dropped_dir.0,
+                "checking which ids the steps leave out needs the epoch's order"
+            )
+        );
     }
 }

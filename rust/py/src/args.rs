@@ -7,11 +7,12 @@ use epochplan_core::buffer::copy_of;
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
 
 /// The largest sample count and position: ids are int64.
-pub const MAX_I64: u64 = i64::MAX as u64;
-/// The largest seed or epoch.
+pub const MAX_I64: u64 = epochplan_core::MAX_SAMPLES;
+/// The largest seed or epoch: the one definition of the u64 maximum,
+/// exported as `MAX_SEED`.
 pub const MAX_U64: u64 = u64::MAX;
 
 fn describe(hi: u64) -> String {
@@ -43,16 +44,25 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
     {
         return Err(not_an_int()?);
     }
-    // pyo3 reads integers through `__index__` (`operator.index`).
-    match obj.extract::<i128>() {
+    let value = match index(obj) {
+        Ok(value) => value,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => return Err(not_an_int()?),
+        Err(e) => return Err(e),
+    };
+    match value.extract::<i128>() {
         Ok(v) => Ok(Ok(v)),
-        Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
-            let value = py.import("operator")?.call_method1("index", (obj,))?;
-            Ok(Err(describe_huge(&value)))
-        }
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => Err(not_an_int()?),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => Ok(Err(describe_huge(&value))),
         Err(e) => Err(e),
     }
+}
+
+/// `operator.index(obj)`: the Python int of anything with `__index__`
+/// (the conversion `PyNumber_Index` makes).
+fn index<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if obj.is_exact_instance_of::<PyInt>() {
+        return Ok(obj.clone());
+    }
+    obj.py().import("operator")?.call_method1("index", (obj,))
 }
 
 /// Whether `obj` has `__index__` but is no integer argument: a numpy or
@@ -348,4 +358,94 @@ pub fn bool_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
         "{name} must be a bool, got {}",
         obj.get_type().name()?
     )))
+}
+
+/// Checks a (rank, world_size) pair of arguments: world_size in
+/// `[1, 2**63 - 1]`, rank below it (torch's wording).
+pub fn rank_args(rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+    let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+    let r = int_arg(rank, "rank", 0, MAX_I64)?;
+    if r >= w {
+        return Err(PyValueError::new_err(format!(
+            "Invalid rank {r}, rank should be in the interval [0, {}]",
+            w - 1
+        )));
+    }
+    Ok((r, w))
+}
+
+/// An int for a message, as the Python layer writes it: its digits up to
+/// 128 bits, else its size.
+fn int_label(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let bits: u64 = value.call_method0("bit_length")?.extract()?;
+    if bits <= 128 {
+        return Ok(value.str()?.to_string());
+    }
+    let sign = if value.lt(0)? { "a negative" } else { "an" };
+    Ok(format!("{sign} int of {bits} bits"))
+}
+
+/// The Python layer's integer check, the same as every argument of the
+/// bindings: ``value`` as an int (anything with ``__index__`` but bools,
+/// 0-d only), TypeError naming ``name`` otherwise, ValueError for a value
+/// outside ``[lo, hi]`` (a missing bound is open). Returns the int.
+#[pyfunction]
+#[pyo3(signature = (value, name, lo = None, hi = None))]
+pub fn _check_int<'py>(
+    value: &Bound<'py, PyAny>,
+    name: &str,
+    lo: Option<&Bound<'py, PyInt>>,
+    hi: Option<&Bound<'py, PyInt>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // TypeError for what is no int argument; the range is checked below on
+    // the int itself, of any size.
+    let _in_i128 = int_value(value, name)?;
+    let number = index(value)?;
+    let below = lo.map(|lo| number.lt(lo)).transpose()?.unwrap_or(false);
+    let above = hi.map(|hi| number.gt(hi)).transpose()?.unwrap_or(false);
+    if below || above {
+        let got = int_label(&number)?;
+        let label = |bound: &Bound<'py, PyInt>| -> PyResult<String> {
+            let hi: Option<u64> = bound.extract().ok();
+            Ok(match hi {
+                Some(h @ (MAX_I64 | MAX_U64)) => describe(h),
+                _ => bound.str()?.to_string(),
+            })
+        };
+        return Err(PyValueError::new_err(match (lo, hi) {
+            (Some(lo), Some(hi)) => {
+                format!(
+                    "{name} must be an int in [{}, {}], got {got}",
+                    lo,
+                    label(hi)?
+                )
+            }
+            (Some(lo), None) => format!("{name} must be an int >= {lo}, got {got}"),
+            (None, Some(hi)) => format!("{name} must be an int <= {}, got {got}", label(hi)?),
+            (None, None) => format!("{name} must be an int, got {got}"),
+        }));
+    }
+    Ok(number)
+}
+
+/// The Python layer's bool check, the same as every argument of the
+/// bindings: Python's or numpy's bool; TypeError naming ``name`` otherwise.
+#[pyfunction]
+pub fn _check_bool(value: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    bool_arg(value, name)
+}
+
+/// Registers the checks and the limits the Python layer shares.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MAX_SEED", MAX_U64)?;
+    m.add("MAX_THREADS", epochplan_core::parallel::MAX_THREADS)?;
+    m.add(
+        "KINDS",
+        PyTuple::new(m.py(), epochplan_core::order::KIND_NAMES)?,
+    )?;
+    let algos = epochplan_core::streaming::shuffle::Algo::ALL.map(|a| a.name());
+    m.add("STREAMING_ALGOS", PyTuple::new(m.py(), algos)?)?;
+    m.add_function(wrap_pyfunction!(_check_int, m)?)?;
+    m.add_function(wrap_pyfunction!(_check_bool, m)?)?;
+    Ok(())
 }

@@ -5,11 +5,13 @@
 
 mod args;
 mod errors;
+mod layout;
 mod permutation;
 mod plan;
 mod planfile;
 mod streaming_partition;
 mod streaming_shuffle;
+mod testing;
 
 use pyo3::prelude::*;
 
@@ -19,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_SAMPLES", epochplan_core::MAX_SAMPLES)?;
     m.add_class::<permutation::Permutation>()?;
     m.add_class::<plan::EpochPlan>()?;
+    m.add_class::<layout::PlanLayout>()?;
     m.add_class::<plan::MicroBatches>()?;
     m.add_function(wrap_pyfunction!(permutation::permutation, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::split_range, m)?)?;
@@ -27,5 +30,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
     planfile::register(m)?;
+    errors::register(m)?;
+    args::register(m)?;
+    testing::register(m)?;
     Ok(())
 }

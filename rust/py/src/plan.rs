@@ -1,14 +1,15 @@
 //! `EpochPlan` and its micro-batch iterator.
 
 use crate::args::{
-    bool_arg, int_arg, opt_int_arg, sample_ids_arg, step_arg, str_arg, Keyword, MAX_I64, MAX_U64,
+    bool_arg, int_arg, opt_int_arg, rank_args, step_arg, str_arg, Keyword, MAX_I64, MAX_U64,
 };
 use crate::errors::IntoPyResult;
+use crate::layout::{self, batch_list, flags_arg, PlanLayout};
 use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
 use epochplan_core::{Order, FORMAT_VERSION};
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -111,17 +112,17 @@ impl EpochPlan {
             "cipher",
         )?;
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let drop_last = match drop_last.given() {
-            Some(d) => bool_arg(d, "drop_last")?,
-            None => false,
-        };
-        let cursor = match cursor.given() {
-            Some(c) => int_arg(c, "cursor", 0, MAX_I64)?,
-            None => 0,
-        };
+        let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
         let plan = Plan::new(order, g, drop_last, cursor).py()?;
         Ok(Self { plan, seed, epoch })
+    }
+
+    /// The plan's layout: its steps, shares, micro-batch cuts and weights,
+    /// without the order (a :class:`PlanLayout`).
+    #[getter]
+    fn layout(&self) -> PlanLayout {
+        PlanLayout::of(*self.plan.layout())
     }
 
     /// Samples in the epoch.
@@ -199,8 +200,7 @@ impl EpochPlan {
 
     /// Real samples in step `step`, over all ranks.
     fn step_size(&self, step: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let step = step_arg(step, self.plan.num_steps(), false)?;
-        self.plan.step_len(step).py()
+        layout::step_size(self.plan.layout(), step)
     }
 
     /// Rank `rank`'s sample ids in step `step` (int64 array).
@@ -231,8 +231,7 @@ impl EpochPlan {
 
     /// Rank `rank`'s number of real samples from start_step on.
     fn rank_size(&self, rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let (rank, w) = rank_args(rank, world_size)?;
-        self.plan.rank_len(rank, w).py()
+        layout::rank_size(self.plan.layout(), rank, world_size)
     }
 
     /// Micro-batches of every rank in step `step`.
@@ -242,10 +241,7 @@ impl EpochPlan {
         world_size: &Bound<'_, PyAny>,
         micro_batch_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let step = step_arg(step, self.plan.num_steps(), false)?;
-        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        Ok(self.plan.share(step, 0, w, b).py()?.micro_batches)
+        layout::num_micro_batches(self.plan.layout(), step, world_size, micro_batch_size)
     }
 
     /// Micro-batches every rank gets from start_step on (the same for all ranks).
@@ -254,9 +250,7 @@ impl EpochPlan {
         world_size: &Bound<'_, PyAny>,
         micro_batch_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        self.plan.total_micro_batches(w, b).py()
+        layout::total_micro_batches(self.plan.layout(), world_size, micro_batch_size)
     }
 
     /// The micro-batches of one step: a list of (indices, weights) pairs.
@@ -285,12 +279,13 @@ impl EpochPlan {
         micro_batch_size: &Bound<'py, PyAny>,
         ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let step = step_arg(step, self.plan.num_steps(), false)?;
-        let (rank, w) = rank_args(rank, world_size)?;
-        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        let ids = sample_ids_arg(ids, "ids", self.plan.num_samples())?;
-        let batches = self.plan.split_step(step, rank, w, b, &ids).py()?;
-        batch_list(py, batches)
+        let order = self.plan.order();
+        layout::split_step(
+            py,
+            self.plan.layout(),
+            (step, rank, world_size, micro_batch_size, ids),
+            |position| Ok(order.get(position)? as i64),
+        )
     }
 
     /// Where step `step` starts inside rank `rank`'s share of the whole epoch
@@ -301,9 +296,7 @@ impl EpochPlan {
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let step = step_arg(step, self.plan.num_steps(), true)?;
-        let (rank, w) = rank_args(rank, world_size)?;
-        self.plan.rank_step_offset(step, rank, w).py()
+        layout::rank_step_offset(self.plan.layout(), step, rank, world_size)
     }
 
     /// Yields, per step from start_step on, the list of that step's
@@ -330,8 +323,8 @@ impl EpochPlan {
 
     /// The same plan started after `step` steps of the epoch.
     fn at_step(&self, step: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let step = step_arg(step, self.plan.num_steps(), true)?;
-        let plan = self.plan.with_cursor(self.plan.cursor_at_step(step)).py()?;
+        let layout = layout::at_step(self.plan.layout(), step)?;
+        let plan = Plan::from_parts(layout, self.plan.order().clone()).py()?;
         Ok(Self {
             plan,
             seed: self.seed,
@@ -471,18 +464,6 @@ impl EpochPlan {
     }
 }
 
-fn rank_args(rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
-    let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-    let r = int_arg(rank, "rank", 0, MAX_I64)?;
-    if r >= w {
-        return Err(PyValueError::new_err(format!(
-            "Invalid rank {r}, rank should be in the interval [0, {}]",
-            w - 1
-        )));
-    }
-    Ok((r, w))
-}
-
 fn step_list<'py>(
     py: Python<'py>,
     plan: &Plan,
@@ -493,44 +474,6 @@ fn step_list<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let batches = py.detach(|| plan.micro_batches(step, rank, w, b)).py()?;
     batch_list(py, batches)
-}
-
-/// Python memory a micro-batch may take: its tuple, its two arrays and
-/// their owners (about 0.5 KiB measured), doubled for margin.
-const PY_BYTES_PER_MICRO_BATCH: usize = 1 << 10;
-
-fn batch_list<'py>(
-    py: Python<'py>,
-    batches: Vec<(Vec<i64>, Vec<f64>)>,
-) -> PyResult<Bound<'py, PyList>> {
-    // numpy and pyo3 do not check every allocation made while an array is
-    // created (a failed one crashes the process), so a step of very many
-    // micro-batches first checks that its Python objects fit: it reserves
-    // room for them and gives it back. That costs two system calls, more
-    // than a step of a few micro-batches takes, so only large steps check.
-    let count = batches.len();
-    let bytes = count.saturating_mul(PY_BYTES_PER_MICRO_BATCH);
-    if bytes >= 4 << 20 && !epochplan_core::buffer::has_room(bytes, 1) {
-        drop(batches); // with them held, even the message may not fit
-        return Err(PyOverflowError::new_err(format!(
-            "cannot allocate the step's {count} micro-batches as Python objects \
-             (about {} MiB): not enough memory",
-            bytes >> 20
-        )));
-    }
-    // Appended one by one: the list grows fallibly, where collecting the
-    // tuples into a Vec first would abort on a failed allocation.
-    let list = PyList::empty(py);
-    for (ids, weights) in batches {
-        list.append(PyTuple::new(
-            py,
-            [
-                ids.into_pyarray(py).into_any(),
-                weights.into_pyarray(py).into_any(),
-            ],
-        )?)?;
-    }
-    Ok(list)
 }
 
 /// Iterates one rank's steps; each item is the step's list of

@@ -5,8 +5,8 @@ use crate::args::{bool_arg, int_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::kind_arg;
 use epochplan_core::plan::Plan;
-use epochplan_core::planfile::{self, ExpectedFile};
-use epochplan_core::{Kind, Order};
+use epochplan_core::planfile::{self, ExpectedFile, FileSink};
+use epochplan_core::{Kind, Layout, Order};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -26,28 +26,43 @@ struct PlanArgs<'py> {
     drop_last: Bound<'py, PyAny>,
 }
 
-fn parse_plan(args: &PlanArgs<'_>) -> PyResult<(u64, u64, u64, u64, Kind, bool)> {
-    let n = int_arg(&args.num_samples, "num_samples", 0, MAX_I64)?;
-    let g = int_arg(&args.global_batch_size, "global_batch_size", 1, MAX_I64)?;
-    let seed = int_arg(&args.seed, "seed", 0, MAX_U64)?;
-    let epoch = int_arg(&args.epoch, "epoch", 0, MAX_U64)?;
-    let kind = kind_arg(
-        &args.kind,
-        args.chunk_size.as_ref(),
-        args.preload_nchunks.as_ref(),
-    )?;
-    let drop_last = bool_arg(&args.drop_last, "drop_last")?;
-    Ok((n, g, seed, epoch, kind, drop_last))
+/// A plan file's plan, checked: its layout (from the epoch's start) and
+/// what selects its order.
+struct PlanSpec {
+    layout: Layout,
+    seed: u64,
+    epoch: u64,
+    kind: Kind,
 }
 
-/// Builds the plan (without the GIL: kind="uniform" materialises its order).
-fn build_plan(py: Python<'_>, args: &PlanArgs<'_>, order_needed: bool) -> PyResult<Plan> {
-    let (n, g, seed, epoch, kind, drop_last) = parse_plan(args)?;
-    // Sizes and steps do not depend on the order: skip building a uniform
-    // table when only they are needed.
-    let kind = if order_needed { kind } else { Kind::Identity };
-    py.detach(|| Order::new(n, seed, epoch, kind).and_then(|o| Plan::new(o, g, drop_last, 0)))
-        .py()
+impl PlanSpec {
+    fn parse(args: &PlanArgs<'_>) -> PyResult<PlanSpec> {
+        let n = int_arg(&args.num_samples, "num_samples", 0, MAX_I64)?;
+        let g = int_arg(&args.global_batch_size, "global_batch_size", 1, MAX_I64)?;
+        let seed = int_arg(&args.seed, "seed", 0, MAX_U64)?;
+        let epoch = int_arg(&args.epoch, "epoch", 0, MAX_U64)?;
+        let kind = kind_arg(
+            &args.kind,
+            args.chunk_size.as_ref(),
+            args.preload_nchunks.as_ref(),
+        )?;
+        let drop_last = bool_arg(&args.drop_last, "drop_last")?;
+        let layout = Layout::new(n, g, drop_last, 0).py()?;
+        Ok(PlanSpec {
+            layout,
+            seed,
+            epoch,
+            kind,
+        })
+    }
+
+    /// The epoch's order, built without the GIL (kind="uniform"
+    /// materialises its permutation).
+    fn order(&self, py: Python<'_>) -> PyResult<Order> {
+        let n = self.layout.num_samples();
+        py.detach(|| Order::new(n, self.seed, self.epoch, self.kind))
+            .py()
+    }
 }
 
 fn world_arg(world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -105,9 +120,11 @@ fn npy_header<'py>(py: Python<'py>, count: &Bound<'py, PyAny>) -> PyResult<Bound
 }
 
 /// Writes every rank's share of one epoch to `paths[rank]` (new files);
-/// returns `(count, bytes, blake3 hex)` per rank.
+/// returns `(count, bytes, blake3 hex)` per rank. Errors name a file by
+/// `display_paths[rank]` when given (the path it will have once a writer
+/// working in a temporary directory publishes it), else by its path.
 #[pyfunction]
-#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None))]
+#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None))]
 fn write_epoch_files(
     py: Python<'_>,
     paths: Vec<String>,
@@ -115,13 +132,20 @@ fn write_epoch_files(
     plan: PlanArgs<'_>,
     fsync: bool,
     progress: Option<Py<PyAny>>,
+    display_paths: Option<Vec<String>>,
 ) -> PyResult<Vec<(u64, u64, String)>> {
     let w = world_arg(world_size)?;
-    let paths = paths_arg(paths, w)?;
-    let plan = build_plan(py, &plan, true)?;
+    let mut files = FileSink::new(paths_arg(paths, w)?, fsync);
+    if let Some(shown) = display_paths {
+        let shown = paths_arg(shown, w)
+            .map_err(|_| PyValueError::new_err("display_paths must hold one path per rank"))?;
+        files = files.shown_as(shown).py()?;
+    }
+    let spec = PlanSpec::parse(&plan)?;
+    let plan = Plan::from_parts(spec.layout, spec.order(py)?).py()?;
     let ranks: Vec<u64> = (0..w).collect();
     let infos = run_detached(py, progress, |report| {
-        planfile::write_rank_files(&plan, w, &ranks, paths, fsync, report)
+        planfile::write_rank_files(&plan, w, &ranks, files, report)
     })?;
     Ok(infos
         .into_iter()
@@ -159,7 +183,8 @@ fn expected_files(
 }
 
 /// Verifies all rank files of one epoch (see `planfile::verify_rank_files`);
-/// raises ValueError("<path>: <violation>") on the first violation.
+/// raises PlanError("<path>: <violation>") on the first violation, or the
+/// PlanError that is an OSError for a file that cannot be read.
 #[pyfunction]
 #[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None))]
 #[allow(clippy::too_many_arguments)]
@@ -175,18 +200,24 @@ fn verify_epoch_files(
 ) -> PyResult<()> {
     let w = world_arg(world_size)?;
     let files = expected_files(paths, counts, sizes, checksums, w)?;
+    let spec = PlanSpec::parse(&plan)?;
     // A uniform table is built only when the ids left out by a short last
-    // step must be known.
-    let (n, g, _, _, kind, drop_last) = parse_plan(&plan)?;
-    let order_known = kind != Kind::Uniform || (drop_last && n % g != 0);
-    let plan = build_plan(py, &plan, order_known)?;
+    // step must be known: the layout alone checks sizes and coverage.
+    let layout = spec.layout;
+    let leaves_out = layout.cursor_at_step(layout.num_steps()) != layout.num_samples();
+    let order = if spec.kind != Kind::Uniform || leaves_out {
+        Some(spec.order(py)?)
+    } else {
+        None
+    };
     run_detached(py, progress, |report| {
-        planfile::verify_rank_files(&plan, w, &files, order_known, report)
+        planfile::verify_rank_files(&layout, order.as_ref(), w, &files, report)
     })
 }
 
 /// Checks one plan file's size, header and checksum; raises
-/// ValueError("<path>: <what>") when any differs.
+/// PlanError("<path>: <what>") when any differs, or the PlanError that is
+/// an OSError when the file cannot be read.
 #[pyfunction]
 #[pyo3(signature = (path, count, size, checksum, *, progress = None))]
 fn check_plan_file(
@@ -209,9 +240,10 @@ fn check_plan_file(
     })
 }
 
-/// The BLAKE3 of a whole file (hex), as a plan manifest records it.
+/// The BLAKE3 of a whole file (hex), as a plan manifest records it
+/// (`_native._testing`: tests compare manifests with it).
 #[pyfunction]
-fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+pub fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     py.detach(|| planfile::file_checksum(&path)).py()
 }
 
@@ -229,6 +261,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_epoch_files, m)?)?;
     m.add_function(wrap_pyfunction!(verify_epoch_files, m)?)?;
     m.add_function(wrap_pyfunction!(check_plan_file, m)?)?;
-    m.add_function(wrap_pyfunction!(file_checksum, m)?)?;
     Ok(())
 }

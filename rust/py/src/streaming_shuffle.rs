@@ -1,5 +1,5 @@
 //! Bindings of Streaming's shuffles (`get_shuffle`) and small private hooks
-//! (`_np_*`) that expose the numpy generator for tests.
+//! (`_np_*`, in `_native._testing`) that expose the numpy generator for tests.
 
 use crate::args::{asarray, int_arg, int_value, str_arg, MAX_I64, MAX_U64};
 use crate::errors::{to_py_as_numpy, IntoPyResult};
@@ -14,6 +14,11 @@ use pyo3::types::{PyList, PyTuple};
 /// Adds this module's functions to `_native`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streaming_get_shuffle, m)?)?;
+    Ok(())
+}
+
+/// Adds the test hooks of the numpy generator to `_native._testing`.
+pub fn register_testing(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_np_seed_pool, m)?)?;
     m.add_function(wrap_pyfunction!(_np_generate_state, m)?)?;
     m.add_function(wrap_pyfunction!(_np_pcg64_state, m)?)?;

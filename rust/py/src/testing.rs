@@ -1,0 +1,19 @@
+//! `_native._testing`: hooks only the tests use (the numpy generator's
+//! internals, a file's checksum), kept out of the module users see.
+
+use pyo3::prelude::*;
+
+/// Adds the `_testing` submodule to `_native`, importable both as
+/// `from epochplan._native import _testing` and as
+/// `import epochplan._native._testing`.
+pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = parent.py();
+    let m = PyModule::new(py, "_testing")?;
+    crate::streaming_shuffle::register_testing(&m)?;
+    m.add_function(wrap_pyfunction!(crate::planfile::file_checksum, &m)?)?;
+    parent.add_submodule(&m)?;
+    let name = format!("{}._testing", parent.name()?);
+    m.setattr("__name__", &name)?;
+    py.import("sys")?.getattr("modules")?.set_item(name, &m)?;
+    Ok(())
+}
