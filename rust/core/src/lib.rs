@@ -31,6 +31,7 @@ pub mod parallel;
 pub mod plan;
 pub mod planfile;
 pub mod shuffle;
+pub mod space;
 pub mod split;
 pub mod streaming;
 
