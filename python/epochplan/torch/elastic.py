@@ -15,6 +15,7 @@ from torch.utils.data import Sampler
 
 from epochplan._args import bool_arg, int_arg, is_bool
 from epochplan._native import MAX_SAMPLES, EpochPlan
+from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
 from epochplan.torch.collate import WeightedCollate, WeightedDataset, WeightedIndices
 from epochplan.torch.rank import RankProvider, resolve_rank
@@ -97,10 +98,10 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     new epoch starts that epoch at step 0 (the same epoch keeps a loaded
     cursor).
 
-    Subclassing: the plan comes from :meth:`_build_plan` and one step's ids
-    from :meth:`_step_ids`; a subclass serving precomputed plans (e.g. from
-    files) overrides those two only. The micro-batches are always cut with
-    ``plan.split_step(step, rank, W, micro_batch_size, ids)``.
+    Subclassing: the plan comes from :meth:`_build_plan`, one step's ids
+    from :meth:`_step_ids`, and their micro-batches from :meth:`_split_step`
+    (``plan.split_step(step, rank, W, micro_batch_size, ids)``); a subclass
+    serving precomputed plans (e.g. from files) overrides these.
 
     Args:
         data_source_or_num_samples: the dataset (anything with ``len()``) or N.
@@ -180,17 +181,22 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         ``self.plan.step_indices(step, rank, num_replicas)`` gives)."""
         return self._plan.step_indices(step, self.rank, self.num_replicas)
 
-    # --------------------------------------------------------------------------
-
     @property
     def plan(self) -> EpochPlan:
         """The current epoch's plan (from step 0)."""
         return self._plan
 
+    def _split_step(self, step: int, ids: npt.NDArray[np.int64]) -> list[MicroBatch]:
+        """``ids`` (this rank's real samples of ``step``) cut into the step's
+        micro-batches with their weights and fillers."""
+        w, b = self.num_replicas, self.micro_batch_size
+        return self._plan.split_step(step, self.rank, w, b, ids)
+
+    # --------------------------------------------------------------------------
+
     def step_micro_batches(self, step: int) -> list[WeightedIndices]:
         """This rank's micro-batches of ``step``."""
-        plan, w, b = self._plan, self.num_replicas, self.micro_batch_size
-        batches = plan.split_step(step, self.rank, w, b, self._step_ids(step))
+        batches = self._split_step(step, self._step_ids(step))
         last = len(batches) - 1
         return [
             WeightedIndices(ids.tolist(), weights, step, m == last)

@@ -10,14 +10,10 @@ import numpy as np
 import numpy.typing as npt
 
 from epochplan._native import EpochPlan
+from epochplan._types import MicroBatch
 from epochplan.planfile import PlanDirectory, PlanError, RankFile, open_plan
 from epochplan.torch.elastic import ElasticBatchSampler
 from epochplan.torch.rank import RankProvider
-
-# The kind of the plan a sampler of a uniform plan directory builds for its
-# step layout: every kind has the same steps, sizes and weights, and this one
-# holds no ids.
-_LAYOUT_KIND = "identity"
 
 
 class PlanSampler(ElasticBatchSampler):
@@ -32,13 +28,11 @@ class PlanSampler(ElasticBatchSampler):
     plan was written for, and every epoch used must be in the plan; otherwise,
     and for a missing, truncated or altered file, :class:`PlanError` is raised.
 
-    The step layout and the zero-weight fillers come from an
-    :class:`~epochplan.EpochPlan` of the same sizes, in O(1) memory for every
-    kind: for ``"uniform"`` the order is in the files, so the sampler's own plan
-    is built with ``kind="identity"`` (the same steps, sizes and weights) rather
-    than materialising N ids on every rank, and its states still say
-    ``"uniform"``. :attr:`plan` gives the plan itself (for ``"uniform"``, built
-    on each access).
+    The step layout and the zero-weight fillers come from the plan's
+    :class:`~epochplan.EpochPlan`, which holds no ids for any kind: a
+    ``"uniform"`` plan builds its permutation only when asked for ids, and
+    this sampler never asks (its ids are in the files; a filler of an empty
+    share is then the id at the layout's filler position, with weight 0).
 
     Args:
         plan_dir: a plan directory (path or :class:`PlanDirectory`).
@@ -90,31 +84,15 @@ class PlanSampler(ElasticBatchSampler):
         if self.seed != d.seed:
             raise PlanError(f"{d.path}: the plan has seed {d.seed}, not {self.seed}")
         self._open_file(epoch)
-        if d.kind != "uniform":
-            return d.plan(epoch)
-        return d.spec.layout(epoch)
+        return d.plan(epoch)
 
-    @property
-    def plan(self) -> EpochPlan:
-        """The current epoch's plan (from step 0); for ``"uniform"`` built on each
-        access, with its N ids."""
-        return self.plan_dir.plan(self.epoch)
-
-    def state_dict_at_step(self, step: int) -> dict[str, Any]:
-        state = super().state_dict_at_step(step)
-        state["kind"] = self.kind  # the layout plan of a uniform plan says "identity"
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.kind == "uniform" and isinstance(state_dict, dict):
-            # Loaded into the layout plan: its kind is checked here instead.
-            if state_dict.get("kind") != "uniform":
-                raise ValueError(
-                    f"state_dict['kind'] is {state_dict.get('kind')!r} but this sampler has "
-                    "kind='uniform'"
-                )
-            state_dict = {**state_dict, "kind": _LAYOUT_KIND}
-        super().load_state_dict(state_dict)
+    def _split_step(self, step: int, ids: npt.NDArray[np.int64]) -> list[MicroBatch]:
+        if self.kind != "uniform":
+            return super()._split_step(step, ids)
+        # A uniform order is N ids on every rank: it is not built for a
+        # weight-0 filler; the id at the layout's filler position stands in.
+        w, b = self.num_replicas, self.micro_batch_size
+        return self._plan.layout.split_step(step, self.rank, w, b, ids)
 
     def _open_file(self, epoch: int) -> None:
         opened = self.plan_dir.open_rank_file(epoch, self.rank, self.num_replicas)

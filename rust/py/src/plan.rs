@@ -7,11 +7,13 @@ use crate::errors::IntoPyResult;
 use crate::layout::{self, batch_list, flags_arg, PlanLayout};
 use crate::permutation::{kind_params, order_args};
 use epochplan_core::plan::Plan;
-use epochplan_core::{Order, FORMAT_VERSION};
+use epochplan_core::Layout;
+use epochplan_core::{Kind, Order, FORMAT_VERSION};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
+use std::sync::{Arc, OnceLock};
 
 /// The keys of a state dict, in order.
 const STATE_KEYS: [&str; 10] = [
@@ -59,7 +61,10 @@ const STATE_KEYS: [&str; 10] = [
 ///         kind, drop_last and cursor).
 ///     ValueError: a value outside its range (the cursor off a step
 ///         boundary, say), or a kind as :class:`Permutation` rejects.
-///     OverflowError: kind="uniform" with more ids than memory can hold.
+///     OverflowError: kind="uniform" with more ids than memory can hold, at
+///         the first call that needs ids (its permutation is built then: a
+///         plan used for its layout, its state or ids read from plan files
+///         never holds it).
 ///
 /// Example:
 ///     >>> plan = EpochPlan(9, 4)
@@ -74,9 +79,33 @@ const STATE_KEYS: [&str; 10] = [
 #[pyclass(module = "epochplan._native", frozen)]
 #[derive(Debug)]
 pub struct EpochPlan {
-    plan: Plan,
+    layout: Layout,
     seed: u64,
     epoch: u64,
+    kind: Kind,
+    /// The epoch's order, built when a method first needs ids: O(1) for every
+    /// kind but `uniform`, whose table of N ids waits until then, so that a
+    /// plan used for its layout, its state or ids read from plan files holds
+    /// none. Shared with the plans `at_step` makes of this one.
+    order: Arc<OnceLock<Order>>,
+}
+
+impl EpochPlan {
+    /// The plan's order, built on first use (the GIL released meanwhile).
+    fn order(&self, py: Python<'_>) -> PyResult<&Order> {
+        if let Some(order) = self.order.get() {
+            return Ok(order);
+        }
+        let (n, seed, epoch, kind) = (self.layout.num_samples(), self.seed, self.epoch, self.kind);
+        let built = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
+        // Another thread may have built it meanwhile: the same order.
+        Ok(self.order.get_or_init(|| built))
+    }
+
+    /// The layout and the order as one core plan (the order shared, not copied).
+    fn plan(&self, py: Python<'_>) -> PyResult<Plan> {
+        Plan::from_parts(self.layout, self.order(py)?.clone()).py()
+    }
 }
 
 #[pymethods]
@@ -91,7 +120,6 @@ impl EpochPlan {
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        py: Python<'_>,
         num_samples: &Bound<'_, PyAny>,
         global_batch_size: &Bound<'_, PyAny>,
         seed: Keyword<'_>,
@@ -113,28 +141,38 @@ impl EpochPlan {
         )?;
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
         let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
-        let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
-        let plan = Plan::new(order, g, drop_last, cursor).py()?;
-        Ok(Self { plan, seed, epoch })
+        let layout = Layout::new(n, g, drop_last, cursor).py()?;
+        let order = Arc::new(OnceLock::new());
+        if kind != Kind::Uniform {
+            // O(1) to build: built now, so that every error comes from here.
+            let _ = order.set(Order::new(n, seed, epoch, kind).py()?);
+        }
+        Ok(Self {
+            layout,
+            seed,
+            epoch,
+            kind,
+            order,
+        })
     }
 
     /// The plan's layout: its steps, shares, micro-batch cuts and weights,
     /// without the order (a :class:`PlanLayout`).
     #[getter]
     fn layout(&self) -> PlanLayout {
-        PlanLayout::of(*self.plan.layout())
+        PlanLayout::of(self.layout)
     }
 
     /// Samples in the epoch.
     #[getter]
     fn num_samples(&self) -> u64 {
-        self.plan.num_samples()
+        self.layout.num_samples()
     }
 
     /// Samples per optimizer step over all ranks.
     #[getter]
     fn global_batch_size(&self) -> u64 {
-        self.plan.global_batch_size()
+        self.layout.global_batch_size()
     }
 
     /// The seed of the epoch's order.
@@ -152,55 +190,55 @@ impl EpochPlan {
     /// The kind of order.
     #[getter]
     fn kind(&self) -> &'static str {
-        self.plan.kind().name()
+        self.kind.name()
     }
 
     /// Samples per chunk (kind="chunked"), else None.
     #[getter]
     fn chunk_size(&self) -> Option<u64> {
-        kind_params(self.plan.kind()).0
+        kind_params(self.kind).0
     }
 
     /// Consecutive chunks shuffled together (kind="chunked"), else None.
     #[getter]
     fn preload_nchunks(&self) -> Option<u64> {
-        kind_params(self.plan.kind()).1
+        kind_params(self.kind).1
     }
 
     /// Whether the short last step is dropped.
     #[getter]
     fn drop_last(&self) -> bool {
-        self.plan.drop_last()
+        self.layout.drop_last()
     }
 
     /// Samples consumed before this plan starts (a step boundary).
     #[getter]
     fn cursor(&self) -> u64 {
-        self.plan.cursor()
+        self.layout.cursor()
     }
 
     /// Steps in the whole epoch.
     #[getter]
     fn num_steps(&self) -> u64 {
-        self.plan.num_steps()
+        self.layout.num_steps()
     }
 
     /// The first step this plan yields: cursor // global_batch_size, or
     /// num_steps once the cursor is at the end of the epoch.
     #[getter]
     fn start_step(&self) -> u64 {
-        self.plan.start_step()
+        self.layout.start_step()
     }
 
     /// Steps this plan yields: num_steps - start_step.
     #[getter]
     fn remaining_steps(&self) -> u64 {
-        self.plan.remaining_steps()
+        self.layout.remaining_steps()
     }
 
     /// Real samples in step `step`, over all ranks.
     fn step_size(&self, step: &Bound<'_, PyAny>) -> PyResult<u64> {
-        layout::step_size(self.plan.layout(), step)
+        layout::step_size(&self.layout, step)
     }
 
     /// Rank `rank`'s sample ids in step `step` (int64 array).
@@ -211,9 +249,10 @@ impl EpochPlan {
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let step = step_arg(step, self.plan.num_steps(), false)?;
+        let step = step_arg(step, self.layout.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
-        let ids = py.detach(|| self.plan.step_indices(step, rank, w)).py()?;
+        let plan = self.plan(py)?;
+        let ids = py.detach(|| plan.step_indices(step, rank, w)).py()?;
         Ok(ids.into_pyarray(py))
     }
 
@@ -225,13 +264,14 @@ impl EpochPlan {
         world_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let (rank, w) = rank_args(rank, world_size)?;
-        let ids = py.detach(|| self.plan.rank_indices(rank, w)).py()?;
+        let plan = self.plan(py)?;
+        let ids = py.detach(|| plan.rank_indices(rank, w)).py()?;
         Ok(ids.into_pyarray(py))
     }
 
     /// Rank `rank`'s number of real samples from start_step on.
     fn rank_size(&self, rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
-        layout::rank_size(self.plan.layout(), rank, world_size)
+        layout::rank_size(&self.layout, rank, world_size)
     }
 
     /// Micro-batches of every rank in step `step`.
@@ -241,7 +281,7 @@ impl EpochPlan {
         world_size: &Bound<'_, PyAny>,
         micro_batch_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        layout::num_micro_batches(self.plan.layout(), step, world_size, micro_batch_size)
+        layout::num_micro_batches(&self.layout, step, world_size, micro_batch_size)
     }
 
     /// Micro-batches every rank gets from start_step on (the same for all ranks).
@@ -250,7 +290,7 @@ impl EpochPlan {
         world_size: &Bound<'_, PyAny>,
         micro_batch_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        layout::total_micro_batches(self.plan.layout(), world_size, micro_batch_size)
+        layout::total_micro_batches(&self.layout, world_size, micro_batch_size)
     }
 
     /// The micro-batches of one step: a list of (indices, weights) pairs.
@@ -262,10 +302,10 @@ impl EpochPlan {
         world_size: &Bound<'py, PyAny>,
         micro_batch_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let step = step_arg(step, self.plan.num_steps(), false)?;
+        let step = step_arg(step, self.layout.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
         let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        step_list(py, &self.plan, step, rank, w, b)
+        step_list(py, &self.plan(py)?, step, rank, w, b)
     }
 
     /// Cuts `ids` (rank `rank`'s real samples of step `step`, e.g. read from a
@@ -279,10 +319,10 @@ impl EpochPlan {
         micro_batch_size: &Bound<'py, PyAny>,
         ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let order = self.plan.order();
+        let order = self.order(py)?;
         layout::split_step(
             py,
-            self.plan.layout(),
+            &self.layout,
             (step, rank, world_size, micro_batch_size, ids),
             |position| Ok(order.get(position)? as i64),
         )
@@ -296,7 +336,7 @@ impl EpochPlan {
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        layout::rank_step_offset(self.plan.layout(), step, rank, world_size)
+        layout::rank_step_offset(&self.layout, step, rank, world_size)
     }
 
     /// Yields, per step from start_step on, the list of that step's
@@ -310,7 +350,7 @@ impl EpochPlan {
     ) -> PyResult<MicroBatches> {
         let (rank, w) = rank_args(rank, world_size)?;
         let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        let next = slf.get().plan.start_step();
+        let next = slf.get().layout.start_step();
         Ok(MicroBatches {
             plan: slf.unbind(),
             rank,
@@ -323,29 +363,29 @@ impl EpochPlan {
 
     /// The same plan started after `step` steps of the epoch.
     fn at_step(&self, step: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let layout = layout::at_step(self.plan.layout(), step)?;
-        let plan = Plan::from_parts(layout, self.plan.order().clone()).py()?;
         Ok(Self {
-            plan,
+            layout: layout::at_step(&self.layout, step)?,
             seed: self.seed,
             epoch: self.epoch,
+            kind: self.kind,
+            order: Arc::clone(&self.order),
         })
     }
 
     /// The constant-size, world-size independent state (JSON-serialisable).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let (chunk, preload_nchunks) = kind_params(self.plan.kind());
+        let (chunk, preload_nchunks) = kind_params(self.kind);
         d.set_item("format_version", FORMAT_VERSION)?;
-        d.set_item("num_samples", self.plan.num_samples())?;
-        d.set_item("global_batch_size", self.plan.global_batch_size())?;
+        d.set_item("num_samples", self.layout.num_samples())?;
+        d.set_item("global_batch_size", self.layout.global_batch_size())?;
         d.set_item("seed", self.seed)?;
         d.set_item("epoch", self.epoch)?;
-        d.set_item("kind", self.plan.kind().name())?;
+        d.set_item("kind", self.kind.name())?;
         d.set_item("chunk_size", chunk)?;
         d.set_item("preload_nchunks", preload_nchunks)?;
-        d.set_item("drop_last", self.plan.drop_last())?;
-        d.set_item("cursor", self.plan.cursor())?;
+        d.set_item("drop_last", self.layout.drop_last())?;
+        d.set_item("cursor", self.layout.cursor())?;
         Ok(d)
     }
 
@@ -420,7 +460,6 @@ impl EpochPlan {
         let in_state =
             |e: PyErr| PyErr::from_type(e.get_type(py), format!("state: {}", e.value(py)));
         EpochPlan::new(
-            py,
             &get("num_samples")?,
             &get("global_batch_size")?,
             given("seed")?,
@@ -444,8 +483,8 @@ impl EpochPlan {
     }
 
     fn __repr__(&self) -> String {
-        let p = &self.plan;
-        let extra = match kind_params(p.kind()) {
+        let p = &self.layout;
+        let extra = match kind_params(self.kind) {
             (Some(c), Some(w)) => format!(", chunk_size={c}, preload_nchunks={w}"),
             _ => String::new(),
         };
@@ -456,7 +495,7 @@ impl EpochPlan {
             p.global_batch_size(),
             self.seed,
             self.epoch,
-            p.kind().name(),
+            self.kind.name(),
             if p.drop_last() { "True" } else { "False" },
             p.cursor(),
             p.num_steps()
@@ -506,7 +545,8 @@ impl MicroBatches {
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
         use std::sync::atomic::Ordering;
-        let plan = &self.plan.get().plan;
+        let owner = self.plan.get();
+        let plan = owner.plan(py)?;
         // Each step is claimed by one caller (the GIL is released while a
         // step is made, and the iterator may be shared between threads).
         let retried = self.retry().pop();
@@ -526,7 +566,7 @@ impl MicroBatches {
         };
         let made = step_list(
             py,
-            plan,
+            &plan,
             step,
             self.rank,
             self.world_size,
@@ -539,12 +579,12 @@ impl MicroBatches {
     }
 
     fn __len__(&self) -> usize {
-        let plan = &self.plan.get().plan;
-        let unclaimed = plan.num_steps()
+        let steps = self.plan.get().layout.num_steps();
+        let unclaimed = steps
             - self
                 .next
                 .load(std::sync::atomic::Ordering::Relaxed)
-                .min(plan.num_steps());
+                .min(steps);
         unclaimed as usize + self.retry().len()
     }
 }
