@@ -1,12 +1,15 @@
-"""Argument checks of the Python layer, with the messages of the native
-bindings: one place that turns an object into a range-checked integer or a
-bool."""
+"""Argument checks of the Python layer: the native bindings' own checks (one
+place turns an object into a range-checked int or a bool, for Rust and Python
+alike), and the labels messages write numbers and sizes with."""
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
+
+from epochplan._native import _check_bool as bool_arg
+from epochplan._native import _check_int as int_arg
+
+__all__ = ["bool_arg", "int_arg", "int_label", "is_bool", "limit_label", "size_label"]
 
 _LIMITS = {2**63 - 1: "2**63 - 1", 2**64 - 1: "2**64 - 1"}
 
@@ -39,32 +42,3 @@ def is_bool(value: object) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return True
     return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
-
-
-def int_arg(value: object, name: str, lo: int | None = None, hi: int | None = None) -> int:
-    """``value`` as an int: anything with ``__index__`` (Python and numpy
-    integers, 0-d arrays and tensors) but bools. TypeError naming ``name`` for other objects,
-    ValueError for values outside ``[lo, hi]`` (a missing bound is open)."""
-    # torch gives one-element tensors of any shape __index__: only 0-d counts.
-    if is_bool(value) or not hasattr(value, "__index__") or getattr(value, "ndim", 0) != 0:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        # e.g. a float or multi-element array, whose __index__ refuses.
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if (lo is not None and number < lo) or (hi is not None and number > hi):
-        if hi is None:
-            raise ValueError(f"{name} must be an int >= {lo}, got {int_label(number)}")
-        raise ValueError(
-            f"{name} must be an int in [{lo}, {limit_label(hi)}], got {int_label(number)}"
-        )
-    return number
-
-
-def bool_arg(value: object, name: str) -> bool:
-    """``value`` as a bool: Python's or numpy's. TypeError naming ``name``
-    otherwise (ints and None included: a misplaced argument, not a flag)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+import epochplan._native as _native
 from epochplan._args import limit_label
 
 __all__ = [
@@ -40,8 +41,8 @@ class Help(argparse.RawDescriptionHelpFormatter):
 _NUMBER = re.compile(r"^\s*(\d[\d_]*)\s*(?:(?:\*\*|\^)\s*(\d+)|[eE]\+?(\d+))?\s*$")
 
 
-MAX_I64 = 2**63 - 1
-MAX_U64 = 2**64 - 1
+MAX_I64 = _native.MAX_SAMPLES
+MAX_U64 = _native.MAX_SEED
 
 
 class UsageError(ValueError):

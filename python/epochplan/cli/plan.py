@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from epochplan._args import limit_label, size_label
+from epochplan._native import KINDS
 from epochplan.cli.arguments import (
     MAX_U64,
     Help,
@@ -95,7 +96,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--kind",
         default="cipher",
-        choices=("cipher", "uniform", "chunked", "identity"),
+        choices=KINDS,
         help="order kind (default cipher; uniform holds ~16 bytes per sample in memory)",
     )
     p.add_argument(

@@ -13,7 +13,7 @@ import epochplan._native as _native
 __all__ = ["ALGOS", "get_shuffle"]
 
 #: The algorithm names Streaming's ``get_shuffle`` accepts.
-ALGOS = frozenset({"naive", "py1s", "py2s", "py1br", "py1e"})
+ALGOS = frozenset(_native.STREAMING_ALGOS)
 
 # Streaming's text to the character: its source continues the string with a
 # backslash, so the space before it and the next line's indentation make a
@@ -87,7 +87,7 @@ def get_shuffle(
         UserWarning: ``"py1e"`` met a shard piece larger than its random block
             (as Streaming).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from epochplan.compat.streaming import get_shuffle
         >>> ids = get_shuffle("py1e", np.array([4, 4, 4]), 2, seed=7, epoch=0, block_size=8)

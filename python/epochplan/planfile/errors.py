@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+# Raised where the fault is found, in Rust or in Python: a ValueError naming
+# the file. An I/O fault is also the OSError of its kind (the native
+# PlanFileNotFoundError is both a PlanError and a FileNotFoundError, say),
+# with its errno and file name.
+from epochplan._native import PlanError
+
 __all__ = ["PlanError"]
-
-
-class PlanError(ValueError):
-    """A plan directory that is missing, incomplete, corrupt or of another
-    format, or a request it cannot serve. The message names the file."""

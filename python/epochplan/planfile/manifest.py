@@ -21,7 +21,7 @@ from typing import Any
 
 import epochplan._native as _native
 from epochplan._args import limit_label, size_label
-from epochplan._native import FORMAT_VERSION, EpochPlan
+from epochplan._native import FORMAT_VERSION, EpochPlan, PlanLayout
 from epochplan.planfile.errors import PlanError
 
 __all__ = [
@@ -46,9 +46,6 @@ PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
 
-_KINDS = ("cipher", "uniform", "chunked", "identity")
-#: The largest seed or epoch.
-_MAX_U64 = 2**64 - 1
 # A manifest lists at most MAX_FILES files in a few hundred bytes each.
 _MAX_MANIFEST_BYTES = 1 << 30
 
@@ -97,19 +94,15 @@ class PlanSpec:
         preload_nchunks: int | None = None,
         drop_last: bool = False,
     ) -> PlanSpec:
-        """The spec, checked by the plan itself (without building a uniform
-        order: a full permutation, slow at large N), with the defaults the plan
-        used filled in (``preload_nchunks`` of a chunked plan): the manifest
-        records what the files hold, whatever later defaults are."""
-        if kind == "uniform" and (chunk_size is not None or preload_nchunks is not None):
-            raise ValueError(
-                "chunk_size and preload_nchunks apply to kind='chunked' only, not kind=\"uniform\""
-            )
+        """The spec, checked by the plan itself (which builds no ids, whatever
+        its kind), with the defaults the plan used filled in
+        (``preload_nchunks`` of a chunked plan): the manifest records what the
+        files hold, whatever later defaults are."""
         plan = EpochPlan(
             num_samples,
             global_batch_size,
             seed=seed,
-            kind="identity" if kind == "uniform" else kind,
+            kind=kind,
             chunk_size=chunk_size,
             preload_nchunks=preload_nchunks,
             drop_last=drop_last,
@@ -118,14 +111,15 @@ class PlanSpec:
             plan.num_samples,
             plan.global_batch_size,
             plan.seed,
-            kind,
+            plan.kind,
             plan.chunk_size,
             plan.preload_nchunks,
             plan.drop_last,
         )
 
     def plan(self, epoch: int) -> EpochPlan:
-        """The plan of ``epoch`` (for ``"uniform"``: its N ids are built)."""
+        """The plan of ``epoch`` (a ``"uniform"`` plan builds its N ids when
+        first asked for ids)."""
         return EpochPlan(
             self.num_samples,
             self.global_batch_size,
@@ -137,18 +131,10 @@ class PlanSpec:
             drop_last=self.drop_last,
         )
 
-    def layout(self, epoch: int = 0) -> EpochPlan:
-        """A plan with this spec's steps, shares, micro-batches and weights (and
-        seed and epoch), whatever its order: cheap for every kind (no ids are
-        built)."""
-        return EpochPlan(
-            self.num_samples,
-            self.global_batch_size,
-            seed=self.seed,
-            epoch=epoch,
-            drop_last=self.drop_last,
-            kind="identity",
-        )
+    def layout(self) -> PlanLayout:
+        """The spec's steps, shares, micro-batch cuts and weights, without the
+        order."""
+        return PlanLayout(self.num_samples, self.global_batch_size, drop_last=self.drop_last)
 
     def rank_counts(self, world_size: int) -> list[int]:
         """Each rank's number of ids in an epoch."""
@@ -259,14 +245,14 @@ class Manifest:
             if m.get(key) != value:
                 raise PlanError(f"{where}: manifest {key!r} is {m.get(key)!r}, expected {value!r}")
         kind = _field(m, "kind", str, where)
-        if kind not in _KINDS:
+        if kind not in _native.KINDS:
             raise PlanError(f"{where}: unknown kind {kind!r}")
         _field(m, "drop_last", bool, where)
         epochs = _field(m, "epochs", list, where)
         if not epochs or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
             raise PlanError(f"{where}: 'epochs' must be a non-empty list of ints")
-        if not all(0 <= e <= _MAX_U64 for e in epochs):
-            raise PlanError(f"{where}: 'epochs' must lie in [0, {limit_label(_MAX_U64)}]")
+        if not all(0 <= e <= _native.MAX_SEED for e in epochs):
+            raise PlanError(f"{where}: 'epochs' must lie in [0, {limit_label(_native.MAX_SEED)}]")
         if len(set(epochs)) != len(epochs):
             raise PlanError(f"{where}: 'epochs' has duplicates")
         files = _field(m, "files", list, where)

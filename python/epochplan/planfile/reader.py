@@ -142,10 +142,7 @@ class PlanDirectory:
             self.check_world_size(world_size)
         entry = self.parsed.files[self._file_index(epoch, rank)]
         path = self.path / entry.path
-        try:
-            _native.check_plan_file(str(path), entry.count, entry.bytes, entry.blake3)
-        except (ValueError, OSError) as e:
-            raise PlanError(str(e)) from None
+        _native.check_plan_file(str(path), entry.count, entry.bytes, entry.blake3)
         return entry
 
     def open_rank_file(self, epoch: int, rank: int, world_size: int | None = None) -> RankFile:

@@ -10,7 +10,7 @@ from epochplan._args import size_label
 from epochplan._system import available_memory
 from epochplan.planfile._checks import Progress, progress_arg
 from epochplan.planfile.errors import PlanError
-from epochplan.planfile.manifest import PlanSpec, rank_file_name
+from epochplan.planfile.manifest import PlanSpec
 from epochplan.planfile.reader import open_plan
 
 __all__ = ["check_verify_memory", "verify_plan"]
@@ -64,19 +64,13 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
             def report(done: int, base: int = base, cb: Progress = cb) -> None:
                 cb(base + done, total)
 
-        try:
-            _native.verify_epoch_files(
-                [str(d.path / f.path) for f in entries],
-                [f.count for f in entries],
-                [f.bytes for f in entries],
-                [f.blake3 for f in entries],
-                d.world_size,
-                {**d.spec.as_dict(), "epoch": epoch},
-                progress=report,
-            )
-        except (ValueError, OSError) as e:
-            msg = str(e)
-            if not msg.startswith(str(d.path)):
-                msg = f"{d.path / Path(rank_file_name(epoch, 0)).parent}: {msg}"
-            raise PlanError(msg) from None
+        _native.verify_epoch_files(
+            [str(d.path / f.path) for f in entries],
+            [f.count for f in entries],
+            [f.bytes for f in entries],
+            [f.blake3 for f in entries],
+            d.world_size,
+            {**d.spec.as_dict(), "epoch": epoch},
+            progress=report,
+        )
         base += sum(f.bytes for f in entries)

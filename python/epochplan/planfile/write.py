@@ -40,9 +40,6 @@ from epochplan.planfile.reader import PlanDirectory, open_plan
 
 __all__ = ["write_plan"]
 
-#: The largest seed or epoch.
-_MAX_U64 = 2**64 - 1
-
 
 def write_plan(
     out: str | os.PathLike[str],
@@ -89,39 +86,15 @@ def write_plan(
     Examples:
         >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
     """
-    num_samples = int_arg(num_samples, "num_samples", 0, _native.MAX_SAMPLES)
-    global_batch_size = int_arg(global_batch_size, "global_batch_size", 1, _native.MAX_SAMPLES)
-    world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
-    seed = int_arg(seed, "seed", 0, _MAX_U64)
-    if (
-        isinstance(epochs, (int, np.integer, str, bytes, Mapping))
-        or not isinstance(epochs, Iterable)
-        or getattr(epochs, "ndim", 1) == 0
-    ):
-        raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
     # Absolute, so that "." or "dir/.." name the directory itself and its
     # hidden siblings land beside it.
     out = absolute(path_arg(out, "out"))
     if not out.name:
         raise PlanError(f"out must name a directory below the root, got {str(out)!r}")
     progress = progress_arg(progress)
-    epoch_list = [int_arg(e, "epochs[]", 0, _MAX_U64) for e in epochs]
-    if not epoch_list:
-        raise ValueError("epochs must not be empty")
-    if len(set(epoch_list)) != len(epoch_list):
-        raise ValueError(f"epochs must be distinct, got {epoch_list}")
-    if world_size * len(epoch_list) > MAX_FILES:
-        raise ValueError(
-            f"world_size * len(epochs) must be at most {MAX_FILES} files, "
-            f"got {world_size} * {len(epoch_list)}"
-        )
-    drop_last = bool_arg(drop_last, "drop_last")
-    force = bool_arg(force, "force")  # a truthy string would replace a plan
-    # Plain ints for the manifest (numpy ints are not JSON).
-    if chunk_size is not None:
-        chunk_size = int_arg(chunk_size, "chunk_size", 1, _native.MAX_SAMPLES)
-    if preload_nchunks is not None:
-        preload_nchunks = int_arg(preload_nchunks, "preload_nchunks", 1, _native.MAX_SAMPLES)
+    # The plan's own arguments are checked by the plan (the values it returns
+    # are plain ints, as JSON needs); what only a plan directory has is
+    # checked here.
     spec = PlanSpec.checked(
         num_samples,
         global_batch_size,
@@ -131,6 +104,24 @@ def write_plan(
         preload_nchunks=preload_nchunks,
         drop_last=drop_last,
     )
+    world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
+    if (
+        isinstance(epochs, (int, np.integer, str, bytes, Mapping))
+        or not isinstance(epochs, Iterable)
+        or getattr(epochs, "ndim", 1) == 0
+    ):
+        raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
+    epoch_list = [int_arg(e, "epochs[]", 0, _native.MAX_SEED) for e in epochs]
+    if not epoch_list:
+        raise ValueError("epochs must not be empty")
+    if len(set(epoch_list)) != len(epoch_list):
+        raise ValueError(f"epochs must be distinct, got {epoch_list}")
+    if world_size * len(epoch_list) > MAX_FILES:
+        raise ValueError(
+            f"world_size * len(epochs) must be at most {MAX_FILES} files, "
+            f"got {world_size} * {len(epoch_list)}"
+        )
+    force = bool_arg(force, "force")  # a truthy string would replace a plan
 
     # Parents created for `out` go again if the write fails (when still empty).
     new_parents = [p for p in out.parents if not p.exists()]
@@ -218,15 +209,14 @@ def _write_new_plan(
                 def report(done: int, base: int = base, cb: Progress = cb) -> None:
                     cb(base + done, total)
 
-            try:
-                infos = _native.write_epoch_files(
-                    [str(tmp / n) for n in names],
-                    world_size,
-                    {**spec.as_dict(), "epoch": epoch},
-                    progress=report,
-                )
-            except ValueError as e:
-                raise PlanError(str(e).replace(str(tmp), str(out))) from None
+            infos = _native.write_epoch_files(
+                [str(tmp / n) for n in names],
+                world_size,
+                {**spec.as_dict(), "epoch": epoch},
+                progress=report,
+                # Errors name the files where they are published, not tmp.
+                display_paths=[str(out / n) for n in names],
+            )
             for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos, strict=True)):
                 files.append(FileEntry(epoch, rank, name, count, nbytes, digest))
             fsync_dir(tmp / Path(names[0]).parent)
