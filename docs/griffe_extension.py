@@ -1,53 +1,30 @@
 """Griffe extension for the API reference of epochplan.
 
-The reference is built by static analysis: nothing of torch is imported. Two
-things static analysis cannot do alone are done here.
-
-* Docstrings of the compiled core. For ``epochplan._native`` static analysis
-  reads the type stub ``_native.pyi``, which has the signatures but no
-  docstrings: they live in the Rust sources and exist only at run time. The
-  compiled module is imported (it needs numpy alone) and each docstring the
-  stub lacks is copied from it.
-* Two habits of our Google-style docstrings are read as Google style means
-  them: an ``Example:`` heading is an ``Examples:`` section (its ``>>>``
-  lines are rendered as code), and related parameters documented together
-  (``seed, epoch, kind: as for Permutation``) may list their names over
-  several lines.
+The reference is built by static analysis: nothing of torch is imported. One
+thing static analysis cannot do alone is done here: the docstrings of the
+compiled core. For ``epochplan._native`` static analysis reads the type stub
+``_native.pyi``, which has the signatures but no docstrings: they live in the
+Rust sources and exist only at run time. The compiled module is imported (it
+needs numpy alone) and each docstring the stub lacks is copied from it.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import re
 from typing import Any
 
 import griffe
 
 _NATIVE = "_native"
-_EXAMPLE = re.compile(r"^(\s*)Example:[ \t]*$", re.MULTILINE)
-# A line of parameter names ending with a comma, continued on the next line.
-_NAMES = r"[A-Za-z_]\w*(?:,[ \t]*[A-Za-z_]\w*)*"
-_CONTINUED = re.compile(rf"^([ \t]+)({_NAMES},)[ \t]*\n\1[ \t]*(?=[A-Za-z_])", re.MULTILINE)
-
-
-def _normalise(text: str) -> str:
-    text = _EXAMPLE.sub(r"\1Examples:", text)
-    while True:
-        joined = _CONTINUED.sub(r"\1\2 ", text)
-        if joined == text:
-            return text
-        text = joined
 
 
 class EpochplanDocstrings(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
-        if pkg.name != "epochplan":
+        if pkg.name != "epochplan" or _NATIVE not in pkg.members:
             return
-        if _NATIVE in pkg.members:
-            runtime = importlib.import_module(f"{pkg.name}.{_NATIVE}")
-            self._fill_native(pkg[_NATIVE], runtime, loader)
-        self._normalise(pkg)
+        runtime = importlib.import_module(f"{pkg.name}.{_NATIVE}")
+        self._fill_native(pkg[_NATIVE], runtime, loader)
 
     def _fill_native(self, obj: griffe.Object, runtime: Any, loader: griffe.GriffeLoader) -> None:
         for name, member in obj.members.items():
@@ -67,10 +44,3 @@ class EpochplanDocstrings(griffe.Extension):
                 )
             if member.is_class:
                 self._fill_native(member, value, loader)
-
-    def _normalise(self, obj: griffe.Object) -> None:
-        if obj.docstring is not None:
-            obj.docstring.value = _normalise(obj.docstring.value)
-        for member in obj.members.values():
-            if not member.is_alias:
-                self._normalise(member)

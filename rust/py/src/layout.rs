@@ -22,7 +22,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 ///     cursor: samples already consumed, at a step boundary (as for
 ///         :class:`EpochPlan`).
 ///
-/// Example:
+/// Examples:
 ///     >>> layout = PlanLayout(9, 4)
 ///     >>> layout.num_steps, layout.rank_size(1, 2)
 ///     (3, 4)

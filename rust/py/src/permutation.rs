@@ -91,7 +91,7 @@ pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
 ///         kind.
 ///     OverflowError: kind="uniform" with more ids than memory can hold.
 ///
-/// Example:
+/// Examples:
 ///     >>> p = Permutation(10, seed=1, epoch=2)
 ///     >>> p[:].tolist()
 ///     [0, 8, 9, 3, 4, 1, 5, 2, 7, 6]
@@ -328,15 +328,18 @@ impl Permutation {
 /// ``Permutation(...)`` at every position, computed on every core).
 ///
 /// Args:
-///     num_samples, seed, epoch, chunk_size, preload_nchunks: as for
-///         :class:`Permutation`.
+///     num_samples: as for :class:`Permutation`.
+///     seed: as for :class:`Permutation`.
+///     epoch: as for :class:`Permutation`.
 ///     kind: as for :class:`Permutation`, but "uniform" by default.
+///     chunk_size: as for :class:`Permutation`.
+///     preload_nchunks: as for :class:`Permutation`.
 ///
 /// Raises:
 ///     TypeError, ValueError: as :class:`Permutation`.
 ///     OverflowError: more ids than memory can hold.
 ///
-/// Example:
+/// Examples:
 ///     >>> permutation(5, kind="identity").tolist()
 ///     [0, 1, 2, 3, 4]
 ///     >>> sorted(permutation(1000, seed=7).tolist()) == list(range(1000))

@@ -47,8 +47,11 @@ const STATE_KEYS: [&str; 10] = [
 ///     num_samples: N (int in [0, 2**63 - 1]).
 ///     global_batch_size: G, samples per optimizer step over all ranks
 ///         (int in [1, 2**63 - 1]).
-///     seed, epoch, kind, chunk_size, preload_nchunks: the order, as for
-///         :class:`Permutation`.
+///     seed: the order's seed, as for :class:`Permutation`.
+///     epoch: the order's epoch, as for :class:`Permutation`.
+///     kind: the order's kind, as for :class:`Permutation`.
+///     chunk_size: as for :class:`Permutation` (kind="chunked").
+///     preload_nchunks: as for :class:`Permutation` (kind="chunked").
 ///     drop_last: drop a short last step.
 ///     cursor: samples of the epoch already consumed, at a step boundary: a
 ///         multiple of G, or the end of the epoch (N, or with drop_last the
@@ -66,7 +69,7 @@ const STATE_KEYS: [&str; 10] = [
 ///         plan used for its layout, its state or ids read from plan files
 ///         never holds it).
 ///
-/// Example:
+/// Examples:
 ///     >>> plan = EpochPlan(9, 4)
 ///     >>> plan.num_steps
 ///     3
