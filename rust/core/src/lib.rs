@@ -34,6 +34,7 @@ pub mod shuffle;
 pub mod space;
 pub mod split;
 pub mod streaming;
+pub mod tokens;
 
 pub use error::{Error, Result};
 pub use keys::FORMAT_VERSION;

@@ -1,0 +1,408 @@
+//! Balancing a step's samples over ranks by cost: greedy least-loaded over
+//! the samples by decreasing cost, or strided dealing when that is at least
+//! as even. The bound and its proof are in the [parent module](super).
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use crate::buffer::vec_with_capacity;
+use crate::error::{Error, Result};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u64 {}
+    impl Sealed for f64 {}
+}
+
+/// A rank's total cost under a floating-point cost model, ordered by
+/// [`f64::total_cmp`] (costs are finite and `>= 0`, so this is the numeric
+/// order, and `0.0 == -0.0` never arises: costs are normalised to `+0.0`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FloatLoad(pub f64);
+
+impl PartialEq for FloatLoad {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for FloatLoad {}
+
+impl PartialOrd for FloatLoad {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for FloatLoad {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// The cost of one sample: `u64` (tokens; a rank's load is their exact sum
+/// in `u128`) or `f64` (a quadratic model; a rank's load is the binary64 sum
+/// of its costs in the order the greedy assigns them, the same on every
+/// machine).
+pub trait CostValue: Copy + sealed::Sealed {
+    /// The sum of the costs on one rank.
+    type Load: Copy + Ord + Default + std::fmt::Debug;
+    /// This cost as a load (a rank holding only this sample).
+    fn as_load(self) -> Self::Load;
+    /// `load + self`.
+    fn add_to(self, load: Self::Load) -> Self::Load;
+    /// `max - min` for `max >= min`.
+    fn difference(max: Self::Load, min: Self::Load) -> Self::Load;
+    /// A key in the order of the costs (for costs that passed
+    /// [`CostValue::check`]).
+    fn key(self) -> u64;
+    /// An error unless every cost can be summed and ordered.
+    fn check(costs: &[Self]) -> Result<()>;
+}
+
+impl CostValue for u64 {
+    type Load = u128;
+    fn as_load(self) -> u128 {
+        u128::from(self)
+    }
+    fn add_to(self, load: u128) -> u128 {
+        // A load sums at most `usize::MAX < 2^64` costs below `2^64`.
+        load.saturating_add(u128::from(self))
+    }
+    fn difference(max: u128, min: u128) -> u128 {
+        max.saturating_sub(min)
+    }
+    fn key(self) -> u64 {
+        self
+    }
+    fn check(_: &[u64]) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl CostValue for f64 {
+    type Load = FloatLoad;
+    fn as_load(self) -> FloatLoad {
+        FloatLoad(self)
+    }
+    fn add_to(self, load: FloatLoad) -> FloatLoad {
+        FloatLoad(load.0 + self)
+    }
+    fn difference(max: FloatLoad, min: FloatLoad) -> FloatLoad {
+        FloatLoad(max.0 - min.0)
+    }
+    fn key(self) -> u64 {
+        // The bits of a float >= +0.0 ascend with its value.
+        (self + 0.0).to_bits()
+    }
+    fn check(costs: &[f64]) -> Result<()> {
+        match costs.iter().position(|c| !(c.is_finite() && *c >= 0.0)) {
+            Some(i) => Err(Error::Value(format!(
+                "costs[{i}] must be finite and >= 0, got {:?}",
+                costs[i]
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which assignment a [`Balance`] kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// Greedy least-loaded over the samples by decreasing cost.
+    Greedy,
+    /// Sample `i` of the step to rank `i mod W` (kept when its spread is not
+    /// above the greedy one's).
+    Strided,
+}
+
+/// Every sample of a step assigned to one rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    rank_of: Vec<usize>,
+    world_size: u64,
+    method: Method,
+}
+
+impl Balance {
+    /// The rank of each sample of the step (`rank_of()[i]` for sample `i`),
+    /// always below `min(W, n)`.
+    pub fn rank_of(&self) -> &[usize] {
+        &self.rank_of
+    }
+
+    /// The number of ranks `W`.
+    pub fn world_size(&self) -> u64 {
+        self.world_size
+    }
+
+    /// Which assignment was kept.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// Ranks that can hold samples: `min(W, n)`; the others hold none.
+    pub fn active_ranks(&self) -> usize {
+        active_ranks(self.rank_of.len(), self.world_size)
+    }
+}
+
+/// `min(W, n)`, the ranks that hold samples in both dealings.
+pub(crate) fn active_ranks(n: usize, world_size: u64) -> usize {
+    usize::try_from(world_size).map_or(n, |w| w.min(n))
+}
+
+pub(crate) fn check_world_size(world_size: u64) -> Result<()> {
+    if world_size == 0 {
+        return Err(Error::Value("world_size must be >= 1, got 0".into()));
+    }
+    Ok(())
+}
+
+/// Assigns every sample of a step (`costs[i]` is sample `i`'s cost) to one
+/// of `world_size` ranks: the greedy least-loaded assignment or the strided
+/// one, whichever has the smaller [`spread`] (strided on a tie).
+///
+/// O(n log n) time and O(n) memory, whatever `world_size` is.
+pub fn balance<C: CostValue>(costs: &[C], world_size: u64) -> Result<Balance> {
+    check_world_size(world_size)?;
+    C::check(costs)?;
+    let greedy = greedy(costs, world_size)?;
+    let strided = strided(costs.len(), world_size)?;
+    let greedy_spread = spread_of(costs, &greedy, world_size)?;
+    let strided_spread = spread_of(costs, &strided, world_size)?;
+    let (rank_of, method) = if strided_spread <= greedy_spread {
+        (strided, Method::Strided)
+    } else {
+        (greedy, Method::Greedy)
+    };
+    Ok(Balance {
+        rank_of,
+        world_size,
+        method,
+    })
+}
+
+/// Greedy least-loaded: samples by decreasing cost (ties: lower position
+/// first), each to the rank with the least load (ties: fewer samples, then
+/// the lower rank).
+pub fn greedy<C: CostValue>(costs: &[C], world_size: u64) -> Result<Vec<usize>> {
+    check_world_size(world_size)?;
+    C::check(costs)?;
+    let n = costs.len();
+    // Decreasing cost, then increasing position.
+    let top = costs.iter().map(|c| c.key()).max().unwrap_or(0);
+    let by_cost = order_by_key(n, |i| top - costs[i].key(), "the step's samples by cost")?;
+    let active = active_ranks(n, world_size);
+    let mut heap = BinaryHeap::new();
+    heap.try_reserve_exact(active)
+        .map_err(|_| Error::Memory(format!("cannot allocate {active} ranks: not enough memory")))?;
+    heap.extend((0..active).map(|r| Reverse((C::Load::default(), 0usize, r))));
+    let mut rank_of = vec_with_capacity(n, "the step's ranks")?;
+    rank_of.resize(n, 0usize);
+    for &i in &by_cost {
+        // The heap always holds `active >= 1` ranks when there is a sample;
+        // the least-loaded rank takes the sample and sinks to its place.
+        let Some(mut least) = heap.peek_mut() else {
+            break;
+        };
+        let Reverse((load, count, rank)) = *least;
+        rank_of[i] = rank;
+        *least = Reverse((costs[i].add_to(load), count + 1, rank));
+    }
+    Ok(rank_of)
+}
+
+/// The positions `0..n` ordered by `(key(i), i)`. Each pair is packed into
+/// one integer (a `u64` when both fit, else a `u128`) and sorted: the keys
+/// are distinct, so the unstable sort has one result.
+pub(crate) fn order_by_key(n: usize, key: impl Fn(usize) -> u64, what: &str) -> Result<Vec<usize>> {
+    let index_bits = usize::BITS - n.saturating_sub(1).leading_zeros();
+    let key_bits = 64 - (0..n).map(&key).max().unwrap_or(0).leading_zeros();
+    let mut order = vec_with_capacity(n, what)?;
+    if index_bits + key_bits <= 64 {
+        let mut packed = vec_with_capacity(n, what)?;
+        packed.extend((0..n).map(|i| ((u128::from(key(i)) << index_bits) as u64) | i as u64));
+        packed.sort_unstable();
+        let mask = (1u128 << index_bits) - 1;
+        order.extend(packed.iter().map(|&k| (u128::from(k) & mask) as usize));
+    } else {
+        let mut packed = vec_with_capacity(n, what)?;
+        packed.extend((0..n).map(|i| (u128::from(key(i)) << 64) | i as u128));
+        packed.sort_unstable();
+        order.extend(packed.iter().map(|&k| k as u64 as usize));
+    }
+    Ok(order)
+}
+
+/// Strided dealing: sample `i` to rank `i mod W`.
+pub fn strided(n: usize, world_size: u64) -> Result<Vec<usize>> {
+    check_world_size(world_size)?;
+    let mut rank_of = vec_with_capacity(n, "the step's ranks")?;
+    // `i mod W < min(W, n)`, so it fits in `usize`.
+    rank_of.extend((0..n as u64).map(|i| (i % world_size) as usize));
+    Ok(rank_of)
+}
+
+/// `max_r load_r - min_r load_r` over all `world_size` ranks (a rank with
+/// no sample has load 0) when sample `i` costs `costs[i]` and is on rank
+/// `rank_of[i]`.
+pub fn spread<C: CostValue>(costs: &[C], rank_of: &[usize], world_size: u64) -> Result<C::Load> {
+    check_world_size(world_size)?;
+    if costs.len() != rank_of.len() {
+        return Err(Error::Value(format!(
+            "rank_of must hold one rank per sample ({}), got {}",
+            costs.len(),
+            rank_of.len()
+        )));
+    }
+    if let Some((i, &r)) = rank_of
+        .iter()
+        .enumerate()
+        .find(|&(_, &r)| r as u64 >= world_size)
+    {
+        return Err(Error::Value(format!(
+            "rank_of[{i}] must be in [0, {}], got {r}",
+            world_size - 1
+        )));
+    }
+    spread_of(costs, rank_of, world_size)
+}
+
+/// [`spread`] for ranks known to be below `world_size`.
+fn spread_of<C: CostValue>(costs: &[C], rank_of: &[usize], world_size: u64) -> Result<C::Load> {
+    let loads = loads(costs, rank_of, world_size)?;
+    let zero = C::Load::default();
+    let max = loads.iter().copied().max().unwrap_or(zero);
+    let mut min = loads.iter().copied().min().unwrap_or(zero);
+    if (loads.len() as u64) < world_size {
+        min = zero;
+    }
+    Ok(C::difference(max, min))
+}
+
+/// The load of each of the ranks that can hold samples (`min(W, n)`), the
+/// costs of each rank summed in position order. Ranks outside are ignored.
+pub(crate) fn loads<C: CostValue>(
+    costs: &[C],
+    rank_of: &[usize],
+    world_size: u64,
+) -> Result<Vec<C::Load>> {
+    let active = active_ranks(costs.len().max(rank_of.len()), world_size);
+    let mut loads = vec_with_capacity(active, "the ranks' loads")?;
+    loads.resize(active, C::Load::default());
+    for (&c, &r) in costs.iter().zip(rank_of) {
+        if let Some(load) = loads.get_mut(r) {
+            *load = c.add_to(*load);
+        }
+    }
+    Ok(loads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_puts_each_sample_on_the_least_loaded_rank() {
+        // By cost: 9 (pos 1), 5 (pos 3), 4 (pos 0), 4 (pos 2), 1 (pos 4).
+        let costs = [4u64, 9, 4, 5, 1];
+        assert_eq!(greedy(&costs, 2).unwrap(), vec![1, 0, 0, 1, 1]);
+        // Loads 13 and 10: spread 3 <= 9; strided gives 4+4+1 = 9 and 14: spread 5.
+        let b = balance(&costs, 2).unwrap();
+        assert_eq!(b.method(), Method::Greedy);
+        assert_eq!(spread(&costs, b.rank_of(), 2).unwrap(), 3);
+        assert_eq!(spread(&costs, &strided(5, 2).unwrap(), 2).unwrap(), 5);
+    }
+
+    #[test]
+    fn equal_costs_keep_the_strided_dealing() {
+        let costs = [7u64; 10];
+        assert_eq!(greedy(&costs, 3).unwrap(), strided(10, 3).unwrap());
+        let b = balance(&costs, 3).unwrap();
+        assert_eq!(b.method(), Method::Strided);
+        assert_eq!(b.rank_of(), &[0, 1, 2, 0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn strided_is_kept_when_it_is_more_even() {
+        // Greedy: 3, 3, then 2, 2, 2 alternately: loads 7 and 5. Strided: 6 and 6.
+        let costs = [2u64, 3, 2, 3, 2];
+        assert_eq!(spread(&costs, &greedy(&costs, 2).unwrap(), 2).unwrap(), 2);
+        let b = balance(&costs, 2).unwrap();
+        assert_eq!(b.method(), Method::Strided);
+        assert_eq!(spread(&costs, b.rank_of(), 2).unwrap(), 0);
+    }
+
+    #[test]
+    fn more_ranks_than_samples_leave_ranks_empty() {
+        let costs = [3u64, 8];
+        let b = balance(&costs, 5).unwrap();
+        assert_eq!(b.active_ranks(), 2);
+        assert_eq!(b.method(), Method::Strided);
+        assert_eq!(spread(&costs, b.rank_of(), 5).unwrap(), 8);
+        assert_eq!(balance::<u64>(&[], 4).unwrap().rank_of(), &[] as &[usize]);
+        assert_eq!(spread::<u64>(&[], &[], 4).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_zero_cost_sample_goes_to_an_empty_rank_first() {
+        // Ties on load are broken by fewer samples: the second zero goes to rank 1.
+        assert_eq!(greedy(&[0u64, 0, 0], 2).unwrap(), vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn float_costs_balance_like_integer_ones() {
+        let ints = [4u64, 9, 4, 5, 1];
+        let floats: Vec<f64> = ints.iter().map(|&c| c as f64).collect();
+        assert_eq!(
+            balance(&floats, 2).unwrap().rank_of(),
+            balance(&ints, 2).unwrap().rank_of()
+        );
+        assert_eq!(
+            spread(&floats, &[1, 0, 0, 1, 1], 2).unwrap(),
+            FloatLoad(3.0)
+        );
+    }
+
+    #[test]
+    fn huge_token_counts_do_not_overflow() {
+        let costs = [u64::MAX; 5];
+        let b = balance(&costs, 2).unwrap();
+        assert_eq!(
+            spread(&costs, b.rank_of(), 2).unwrap(),
+            u128::from(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn positions_are_ordered_by_key_then_position_in_both_widths() {
+        let small = [3u64, 1, 3, 0, 1];
+        assert_eq!(
+            order_by_key(5, |i| small[i], "").unwrap(),
+            vec![3, 1, 4, 0, 2]
+        );
+        let wide = [u64::MAX, 1, u64::MAX, 0, 1];
+        assert_eq!(
+            order_by_key(5, |i| wide[i], "").unwrap(),
+            vec![3, 1, 4, 0, 2]
+        );
+        assert_eq!(order_by_key(1, |_| u64::MAX, "").unwrap(), vec![0]);
+        assert_eq!(order_by_key(2, |_| 0, "").unwrap(), vec![0, 1]);
+        assert!(order_by_key(0, |_| 0, "").unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        assert!(balance(&[1u64], 0).is_err());
+        let err = spread(&[1u64, 2], &[0, 3], 2).unwrap_err();
+        assert_eq!(err.to_string(), "rank_of[1] must be in [0, 1], got 3");
+        assert!(spread(&[1u64, 2], &[0], 2).is_err());
+        let err = balance(&[1.0, -2.0], 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "costs[1] must be finite and >= 0, got -2.0"
+        );
+        assert!(greedy(&[f64::NAN], 2).is_err());
+    }
+}
