@@ -21,7 +21,8 @@ from typing import Any
 
 import epochplan._native as _native
 from epochplan._args import limit_label, size_label
-from epochplan._native import FORMAT_VERSION, EpochPlan, PlanLayout
+from epochplan._native import FORMAT_VERSION
+from epochplan._spec import PlanSpec
 from epochplan.planfile.errors import PlanError
 
 __all__ = [
@@ -64,86 +65,6 @@ def manifest_checksum(manifest: Mapping[str, Any]) -> str:
 def rank_file_name(epoch: int, rank: int) -> str:
     """The path of a rank file inside a plan directory."""
     return f"epoch-{epoch:04d}/rank-{rank:05d}.npy"
-
-
-@dataclass(frozen=True)
-class PlanSpec:
-    """The parameters that decide a plan's ids, as for :class:`epochplan.EpochPlan`.
-
-    Build it with :meth:`checked`, which checks the values with the library's
-    own messages and fills in the defaults the plan uses.
-    """
-
-    num_samples: int
-    global_batch_size: int
-    seed: int
-    kind: str
-    chunk_size: int | None
-    preload_nchunks: int | None
-    drop_last: bool
-
-    @classmethod
-    def checked(
-        cls,
-        num_samples: int,
-        global_batch_size: int,
-        *,
-        seed: int = 0,
-        kind: str = "cipher",
-        chunk_size: int | None = None,
-        preload_nchunks: int | None = None,
-        drop_last: bool = False,
-    ) -> PlanSpec:
-        """The spec, checked by the plan itself (which builds no ids, whatever
-        its kind), with the defaults the plan used filled in
-        (``preload_nchunks`` of a chunked plan): the manifest records what the
-        files hold, whatever later defaults are."""
-        plan = EpochPlan(
-            num_samples,
-            global_batch_size,
-            seed=seed,
-            kind=kind,
-            chunk_size=chunk_size,
-            preload_nchunks=preload_nchunks,
-            drop_last=drop_last,
-        )
-        return cls(
-            plan.num_samples,
-            plan.global_batch_size,
-            plan.seed,
-            plan.kind,
-            plan.chunk_size,
-            plan.preload_nchunks,
-            plan.drop_last,
-        )
-
-    def plan(self, epoch: int) -> EpochPlan:
-        """The plan of ``epoch`` (a ``"uniform"`` plan builds its N ids when
-        first asked for ids)."""
-        return EpochPlan(
-            self.num_samples,
-            self.global_batch_size,
-            seed=self.seed,
-            epoch=epoch,
-            kind=self.kind,
-            chunk_size=self.chunk_size,
-            preload_nchunks=self.preload_nchunks,
-            drop_last=self.drop_last,
-        )
-
-    def layout(self) -> PlanLayout:
-        """The spec's steps, shares, micro-batch cuts and weights, without the
-        order."""
-        return PlanLayout(self.num_samples, self.global_batch_size, drop_last=self.drop_last)
-
-    def rank_counts(self, world_size: int) -> list[int]:
-        """Each rank's number of ids in an epoch."""
-        layout = self.layout()
-        return [layout.rank_size(r, world_size) for r in range(world_size)]
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields, as the manifest and the native writer take them."""
-        return asdict(self)
 
 
 def files_bytes(counts: list[int], num_epochs: int, block: int = 1) -> int:

@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Iterator, Sized
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -15,12 +16,39 @@ from torch.utils.data import Sampler
 
 from epochplan._args import bool_arg, int_arg, is_bool
 from epochplan._native import MAX_SAMPLES, EpochPlan
+from epochplan._spec import PlanSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
 from epochplan.torch.collate import WeightedCollate, WeightedDataset, WeightedIndices
 from epochplan.torch.rank import RankProvider, resolve_rank
 
 __all__ = ["ChunkSampler", "ElasticBatchSampler"]
+
+T = TypeVar("T")
+
+
+class _SpecField(Generic[T]):
+    """An attribute of a sampler that is a field of its :class:`PlanSpec`:
+    the parameters travel as one value, and setting one replaces it."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _SpecField[T]: ...
+    @overload
+    def __get__(self, obj: ElasticBatchSampler, objtype: type | None = None) -> T: ...
+    def __get__(
+        self, obj: ElasticBatchSampler | None, objtype: type | None = None
+    ) -> T | _SpecField[T]:
+        if obj is None:
+            return self
+        value: T = getattr(obj._spec, self.name)
+        return value
+
+    def __set__(self, obj: ElasticBatchSampler, value: T) -> None:
+        changes: dict[str, Any] = {self.name: value}
+        obj._spec = dataclasses.replace(obj._spec, **changes)
 
 
 def _num_samples_of(value: object, name: str) -> int:
@@ -130,6 +158,15 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         ...     loss = (batch.sample_weight * loss_fn(model(x), y)).sum()
     """
 
+    # The plan's parameters, read and set as attributes of the sampler.
+    num_samples: _SpecField[int] = _SpecField()
+    global_batch_size: _SpecField[int] = _SpecField()
+    seed: _SpecField[int] = _SpecField()
+    kind: _SpecField[str] = _SpecField()
+    chunk_size: _SpecField[int | None] = _SpecField()
+    preload_nchunks: _SpecField[int | None] = _SpecField()
+    drop_last: _SpecField[bool] = _SpecField()
+
     def __init__(
         self,
         data_source_or_num_samples: Sized | int,
@@ -145,36 +182,43 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         preload_nchunks: int | None = None,
         rank_fn: RankProvider | None = None,
     ) -> None:
-        self.num_samples = _num_samples_of(data_source_or_num_samples, "data_source_or_num_samples")
+        # Checked by the plan the first _build_plan makes.
+        spec = PlanSpec(
+            _num_samples_of(data_source_or_num_samples, "data_source_or_num_samples"),
+            global_batch_size,
+            seed,
+            kind,
+            chunk_size,
+            preload_nchunks,
+            bool_arg(drop_last, "drop_last"),
+        )
+        self._start(spec, micro_batch_size, num_replicas, rank, rank_fn)
+
+    def _start(
+        self,
+        spec: PlanSpec,
+        micro_batch_size: int,
+        num_replicas: int | None,
+        rank: int | None,
+        rank_fn: RankProvider | None,
+    ) -> None:
+        """Sets the sampler up for the plans of ``spec`` (a subclass that
+        brings its own spec calls this instead of ``__init__``)."""
+        self._spec = spec
         self.micro_batch_size = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_SAMPLES)
         self.rank, self.num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
-        self.global_batch_size = global_batch_size
-        self.seed = seed
-        self.kind = kind
-        self.drop_last = bool_arg(drop_last, "drop_last")
-        self.chunk_size = chunk_size
-        self.preload_nchunks = preload_nchunks
         self.epoch = 0
         self._resume: int | None = None
         self._next_step = 0
         self._epoch_set = False  # see keeps_set_epoch
         self._plan = self._build_plan(0)
 
-    # -- the two hooks a subclass may override ---------------------------------
+    # -- the hooks a subclass may override -------------------------------------
 
     def _build_plan(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch`` (cursor 0); called at construction, by
         :meth:`set_epoch` and by :meth:`load_state_dict`."""
-        return EpochPlan(
-            self.num_samples,
-            self.global_batch_size,
-            seed=self.seed,
-            epoch=epoch,
-            kind=self.kind,
-            drop_last=self.drop_last,
-            chunk_size=self.chunk_size,
-            preload_nchunks=self.preload_nchunks,
-        )
+        return self._spec.plan(epoch)
 
     def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
         """This rank's real sample ids of ``step``, in dealing order (what

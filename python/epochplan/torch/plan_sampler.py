@@ -62,19 +62,7 @@ class PlanSampler(ElasticBatchSampler):
         self._file: RankFile | None = None
         self._first_epoch = d.epochs[0] if epoch is None else epoch
         d.epoch_index(self._first_epoch)
-        super().__init__(
-            d.num_samples,
-            d.global_batch_size,
-            micro_batch_size,
-            num_replicas=num_replicas,
-            rank=rank,
-            seed=d.seed,
-            kind=d.kind,
-            drop_last=d.drop_last,
-            chunk_size=d.chunk_size,
-            preload_nchunks=d.preload_nchunks,
-            rank_fn=rank_fn,
-        )
+        self._start(d.spec, micro_batch_size, num_replicas, rank, rank_fn)
         self.epoch = self._first_epoch
 
     def _build_plan(self, epoch: int) -> EpochPlan:
