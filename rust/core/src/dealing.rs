@@ -6,17 +6,26 @@
 //! to exactly one of the `W` ranks, in an order inside the rank's share, and
 //! names the position whose sample fills a rank that gets none.
 //!
-//! One dealing exists today, [`Dealing::Strided`]: rank `r` gets the span's
-//! positions `r, r + W, ...`, so shares differ by at most one sample. A
-//! [`crate::layout::Layout`] asks the dealing only for a share's size, its
-//! positions and its filler, so another dealing is one more variant here:
-//! the token-balanced one (DESIGN.md section 8) is a deterministic function
-//! of the step's samples, their lengths, `W` and a token cap, so its variant
-//! holds the lengths and the cap and reads the costs of the span's samples;
-//! nothing of the strided arithmetic is copied for it. Index spaces
+//! [`Dealing::Strided`]: rank `r` gets the span's positions `r, r + W,
+//! ...`, so shares differ by at most one sample; a share's size, its
+//! positions and its filler follow from the span alone.
+//!
+//! [`Dealing::Balanced`] (DESIGN.md section 8) deals a span's positions by
+//! the lengths of the samples there, balanced by a [`Cost`] over the ranks
+//! ([`crate::tokens::StepShares`]); micro-batches are cut under
+//! [`crate::tokens::Caps`] ([`crate::tokens::StepDealing`]). The lengths are
+//! not part of the dealing: a caller reads the span's lengths (the order maps
+//! its positions to ids, the ids index a [`SampleLengths`]) into a
+//! [`StepSamples`] and hands it to the layout, one step at a time, so that
+//! lengths stay borrowed (a memory map, say) and are read per step. The
+//! span's sample set is the same as for strided dealing: only who gets
+//! which sample changes. Index spaces
 //! (DESIGN.md section 7) live on the other side of the order: a dealing
 //! works on positions, the order maps them to ids, a space maps those ids to
 //! the store's.
+
+use crate::error::{Error, Result};
+use crate::tokens::Cost;
 
 /// The positions `[start, start + len)` of one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +42,13 @@ pub enum Dealing {
     /// Rank `r` of `W` gets the step's positions `r, r + W, r + 2W, ...`.
     #[default]
     Strided,
+    /// Balanced by `cost` over the ranks, from the lengths of the step's
+    /// samples (see [`crate::tokens`]); the positional methods below deal
+    /// nothing for it: a layout asks it with the step's [`StepSamples`].
+    Balanced {
+        /// What a sample costs by its length.
+        cost: Cost,
+    },
 }
 
 impl Dealing {
@@ -41,13 +57,22 @@ impl Dealing {
     pub fn by_length_only(&self) -> bool {
         match self {
             Dealing::Strided => true,
+            Dealing::Balanced { .. } => false,
         }
     }
 
-    /// Real samples of rank `rank` of `world_size` in the step `span`.
+    /// Whether shares follow from the span alone (the positional methods
+    /// below answer), as opposed to the lengths of its samples.
+    pub fn by_position(&self) -> bool {
+        matches!(self, Dealing::Strided)
+    }
+
+    /// Real samples of rank `rank` of `world_size` in the step `span` (0 for
+    /// a balanced dealing, which needs the step's lengths).
     pub fn count(&self, span: Span, rank: u64, world_size: u64) -> u64 {
         match self {
             Dealing::Strided => strided_count(span.len, rank, world_size),
+            Dealing::Balanced { .. } => 0,
         }
     }
 
@@ -68,6 +93,7 @@ impl Dealing {
                     *slot = base + k as i64 * world_size as i64;
                 }
             }
+            Dealing::Balanced { .. } => {}
         }
     }
 
@@ -77,7 +103,102 @@ impl Dealing {
     pub fn filler_position(&self, span: Span, rank: u64) -> u64 {
         match self {
             Dealing::Strided => span.start + rank % span.len,
+            Dealing::Balanced { .. } => span.start,
         }
+    }
+}
+
+/// Sample lengths (or loss tokens) by sample id, borrowed: a slice (`&[T]`
+/// or a `Vec<T>` of any integer type), a
+/// memory-mapped file, an array of another runtime (numpy's, in the
+/// bindings). Only the ids asked for are read.
+pub trait SampleLengths {
+    /// The number of samples it holds a length for.
+    fn num_samples(&self) -> u64;
+
+    /// Appends the length of each of `ids` (each in `[0, num_samples)`) to
+    /// `out`; an error for a negative value, naming `name` and the id.
+    fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()>;
+}
+
+macro_rules! slice_lengths {
+    ($($t:ty),*) => {$(
+        impl SampleLengths for &[$t] {
+            fn num_samples(&self) -> u64 {
+                self.len() as u64
+            }
+
+            #[allow(unused_comparisons)]
+            fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+                out.try_reserve(ids.len())
+                    .map_err(|_| Error::Memory("cannot allocate the step's lengths".into()))?;
+                for &id in ids {
+                    let value = usize::try_from(id).ok().and_then(|i| self.get(i)).ok_or_else(|| {
+                        Error::Index(format!(
+                            "sample id must be in [0, {}), got {id}",
+                            self.len()
+                        ))
+                    })?;
+                    if *value < 0 {
+                        return Err(negative_length(name, id, *value as i128));
+                    }
+                    out.push(*value as u64);
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+
+slice_lengths!(u8, u16, u32, u64, i8, i16, i32, i64);
+
+impl<T> SampleLengths for Vec<T>
+where
+    for<'a> &'a [T]: SampleLengths,
+{
+    fn num_samples(&self) -> u64 {
+        self.len() as u64
+    }
+
+    fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+        self.as_slice().read(name, ids, out)
+    }
+}
+
+/// The error for a negative length or loss-token count of sample `id`.
+pub fn negative_length(name: &str, id: i64, value: i128) -> Error {
+    Error::Value(format!(
+        "{name} must be >= 0 for every sample, got {name}[{id}] = {value}"
+    ))
+}
+
+/// The samples of one step, as a balanced dealing reads them: their ids
+/// (position order: `ids[i]` is at position `span.start + i`), lengths and
+/// loss tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepSamples {
+    /// The step.
+    pub step: u64,
+    /// Its positions.
+    pub span: Span,
+    /// The sample ids at its positions (the positions themselves for a
+    /// layout without an order).
+    pub ids: Vec<i64>,
+    /// Their lengths in tokens.
+    pub lengths: Vec<u64>,
+    /// Their loss tokens, when not the lengths.
+    pub loss_tokens: Option<Vec<u64>>,
+}
+
+impl StepSamples {
+    /// The tokens that count in the loss, per sample.
+    pub fn loss_tokens(&self) -> &[u64] {
+        self.loss_tokens.as_deref().unwrap_or(&self.lengths)
+    }
+
+    /// `T_t`: the step's loss tokens (exact).
+    pub fn step_tokens(&self) -> u128 {
+        crate::tokens::step_tokens(self.loss_tokens())
     }
 }
 

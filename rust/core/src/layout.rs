@@ -15,15 +15,24 @@
 //! than `W` samples) fills each missing micro-batch with one zero-weight copy
 //! of a sample, so no micro-batch is ever empty. Real samples weigh `W / n_t`.
 //!
+//! A layout dealt [`Dealing::Balanced`] (token plans, DESIGN.md section 8)
+//! has the same steps and the same sample set in each; its shares,
+//! micro-batches and weights come from the lengths of a step's samples,
+//! which the caller reads into a [`StepSamples`] and passes to
+//! [`Layout::step_shares`], [`Layout::deal_step`] and
+//! [`Layout::dealt_micro_batches`] (the positional methods, which need no
+//! lengths, are an error for it). See [`crate::tokens`] for the rules.
+//!
 //! A layout can start at a step boundary (`cursor`, in samples). Nothing
 //! here depends on the order: a [`crate::plan::Plan`] is a layout and an
 //! order, and a plan file's sizes and steps need the layout alone.
 
 use crate::buffer::{try_copy_of, try_filled, vec_with_capacity};
-use crate::dealing::{Dealing, Span};
+use crate::dealing::{Dealing, Span, StepSamples};
 use crate::error::{Error, Result};
 use crate::order::MAX_SAMPLES;
 use crate::split::check_rank;
+use crate::tokens::{Caps, Normalization, StepDealing, StepShares};
 
 /// One micro-batch: its sample ids and their loss weights.
 pub type MicroBatch = (Vec<i64>, Vec<f64>);
@@ -59,6 +68,9 @@ pub struct Layout {
     drop_last: bool,
     cursor: u64,
     dealing: Dealing,
+    /// What a real sample's weight divides by, for a balanced dealing (a
+    /// strided one always weighs `W / n_t`).
+    normalization: Normalization,
 }
 
 impl Layout {
@@ -84,6 +96,7 @@ impl Layout {
             drop_last,
             cursor: 0,
             dealing: Dealing::Strided,
+            normalization: Normalization::Samples,
         };
         let end = layout.cursor_at_step(layout.num_steps());
         if cursor > end || (!cursor.is_multiple_of(global_batch_size) && cursor != end) {
@@ -152,8 +165,153 @@ impl Layout {
         )
         .map(|layout| Layout {
             dealing: self.dealing,
+            normalization: self.normalization,
             ..layout
         })
+    }
+
+    /// The same steps dealt by `dealing`, a balanced one weighing real
+    /// samples by `normalization` (a strided one weighs `W / n_t`, whatever
+    /// is given).
+    pub fn with_dealing(&self, dealing: Dealing, normalization: Normalization) -> Result<Layout> {
+        let normalization = match dealing {
+            Dealing::Strided => Normalization::Samples,
+            Dealing::Balanced { cost } => {
+                cost.check()?;
+                normalization
+            }
+        };
+        Ok(Layout {
+            dealing,
+            normalization,
+            ..*self
+        })
+    }
+
+    /// What a real sample's weight divides by.
+    pub fn normalization(&self) -> Normalization {
+        self.normalization
+    }
+
+    /// An error for a balanced layout, whose shares need the step's lengths.
+    fn check_by_position(&self) -> Result<()> {
+        if self.dealing.by_position() {
+            Ok(())
+        } else {
+            Err(Error::Value(
+                "this layout deals by the lengths of a step's samples: its shares and \
+                 micro-batches need them (give lengths)"
+                    .into(),
+            ))
+        }
+    }
+
+    /// The cost of a balanced layout; an error for a strided one.
+    fn balanced_cost(&self) -> Result<crate::tokens::Cost> {
+        match self.dealing {
+            Dealing::Balanced { cost } => Ok(cost),
+            Dealing::Strided => Err(Error::Value(
+                "this layout deals strided: it reads no lengths".into(),
+            )),
+        }
+    }
+
+    /// Checks that `samples` are those of one of this layout's steps.
+    fn check_samples(&self, samples: &StepSamples) -> Result<()> {
+        let span = self.span(samples.step)?;
+        let n = samples.ids.len();
+        let loss_ok = samples.loss_tokens.as_ref().is_none_or(|l| l.len() == n);
+        if span != samples.span || n as u64 != span.len || samples.lengths.len() != n || !loss_ok {
+            return Err(Error::Value(format!(
+                "the samples must be those of step {} ({} samples from position {})",
+                samples.step, span.len, span.start
+            )));
+        }
+        Ok(())
+    }
+
+    /// The ranks' shares of a step (in dealing order, as indices into the
+    /// step), balanced by the layout's cost over `world_size` ranks. They
+    /// do not depend on any micro-batch cap.
+    pub fn step_shares(&self, samples: &StepSamples, world_size: u64) -> Result<StepShares> {
+        let cost = self.balanced_cost()?;
+        self.check_samples(samples)?;
+        StepShares::new(&samples.lengths, cost, world_size)
+    }
+
+    /// A step dealt to `world_size` ranks in micro-batches under `caps`. A
+    /// sample longer than the token cap is an error naming its id.
+    pub fn deal_step(
+        &self,
+        samples: &StepSamples,
+        world_size: u64,
+        caps: Caps,
+    ) -> Result<StepDealing> {
+        self.check_samples(samples)?;
+        if let (Some(i), Some(cap)) = (caps.first_over(&samples.lengths), caps.max_tokens()) {
+            let id = samples.ids[i];
+            return Err(Error::Value(format!(
+                "lengths[{id}] must be <= max_tokens ({cap}), got {}: sample {id} of step {} \
+                 fits in no micro-batch",
+                samples.lengths[i], samples.step
+            )));
+        }
+        StepDealing::new(
+            self.step_shares(samples, world_size)?,
+            &samples.lengths,
+            caps,
+        )
+    }
+
+    /// The weight of every real sample of the step over `world_size`
+    /// ranks: `W / T_t` (0 when `T_t = 0`), or `W / n_t` when normalised
+    /// by samples.
+    pub fn step_weight(&self, samples: &StepSamples, world_size: u64) -> Result<f64> {
+        self.normalization
+            .step_weight(samples.loss_tokens(), world_size)
+    }
+
+    /// Rank `rank`'s sample ids of a dealt step, in dealing order.
+    pub fn dealt_ids(
+        &self,
+        samples: &StepSamples,
+        shares: &StepShares,
+        rank: u64,
+    ) -> Result<Vec<i64>> {
+        let share = shares.share(rank)?;
+        let mut ids = vec_with_capacity(share.len(), "the requested ids")?;
+        ids.extend(share.iter().map(|&i| samples.ids[i]));
+        Ok(ids)
+    }
+
+    /// Rank `rank`'s micro-batches of a dealt step: the ids and their
+    /// weights (the step's weight for real samples, 0 for a filler: the
+    /// step's shortest sample).
+    pub fn dealt_micro_batches(
+        &self,
+        samples: &StepSamples,
+        dealing: &StepDealing,
+        rank: u64,
+    ) -> Result<Vec<MicroBatch>> {
+        let weight = self.step_weight(samples, dealing.shares().world_size())?;
+        let parts = dealing.micro_batches(rank)?;
+        let mut batches = vec_with_capacity(parts.len(), "the step's micro-batches")?;
+        for part in parts {
+            let ids: Option<Vec<i64>> = crate::buffer::try_filled(0i64, part.samples.len());
+            let weights = try_filled(part.weight(weight), part.samples.len());
+            let (Some(mut ids), Some(weights)) = (ids, weights) else {
+                drop(batches);
+                return Err(Error::Memory(format!(
+                    "cannot allocate a micro-batch of step {}: not enough memory",
+                    samples.step
+                )));
+            };
+            for (slot, &i) in ids.iter_mut().zip(part.samples) {
+                *slot = samples.ids[i];
+            }
+            batches.push((ids, weights));
+        }
+        Ok(batches)
     }
 
     /// The cursor after the first `step` steps of the epoch.
@@ -200,6 +358,7 @@ impl Layout {
     ) -> Result<StepShare> {
         check_rank(rank, world_size)?;
         check_micro_batch_size(micro_batch_size)?;
+        self.check_by_position()?;
         let span = self.span(step)?;
         Ok(StepShare {
             step_len: span.len,
@@ -211,6 +370,7 @@ impl Layout {
     /// Rank `rank`'s real samples in step `step`.
     pub fn step_count(&self, step: u64, rank: u64, world_size: u64) -> Result<u64> {
         check_rank(rank, world_size)?;
+        self.check_by_position()?;
         Ok(self.dealing.count(self.span(step)?, rank, world_size))
     }
 
@@ -229,7 +389,8 @@ impl Layout {
     }
 
     /// [`Layout::fill_rank_positions`] starting `skip` samples into
-    /// `first_step`'s share.
+    /// `first_step`'s share. A balanced layout fills nothing (its shares
+    /// need the steps' lengths: see [`Layout::step_shares`]).
     pub fn fill_rank_positions_from(
         &self,
         first_step: u64,
@@ -239,6 +400,9 @@ impl Layout {
         out: &mut [i64],
     ) -> (u64, u64) {
         let (mut step, mut skip) = (first_step, skip);
+        if !self.dealing.by_position() {
+            return (step, skip);
+        }
         let mut at = 0usize;
         while at < out.len() && step < self.num_steps() {
             let span = self.span_unchecked(step);
@@ -261,6 +425,7 @@ impl Layout {
     /// Rank `rank`'s number of real samples from `start_step` on.
     pub fn rank_len(&self, rank: u64, world_size: u64) -> Result<u64> {
         check_rank(rank, world_size)?;
+        self.check_by_position()?;
         Ok(self.rank_total(self.start_step(), self.num_steps(), rank, world_size))
     }
 
@@ -268,6 +433,7 @@ impl Layout {
     pub fn total_micro_batches(&self, world_size: u64, micro_batch_size: u64) -> Result<u64> {
         check_rank(0, world_size)?;
         check_micro_batch_size(micro_batch_size)?;
+        self.check_by_position()?;
         Ok(
             self.sum_over_steps(self.start_step(), self.num_steps(), |span| {
                 micro_batches_of(span.len, world_size, micro_batch_size)
@@ -279,6 +445,7 @@ impl Layout {
     /// epoch (as a plan with cursor 0 lays it out).
     pub fn rank_step_offset(&self, step: u64, rank: u64, world_size: u64) -> Result<u64> {
         check_rank(rank, world_size)?;
+        self.check_by_position()?;
         if step > self.num_steps() {
             return Err(Error::Index(format!(
                 "step must be in [0, {}], got {step}",
@@ -319,6 +486,7 @@ impl Layout {
     /// its share of step `step` is empty (weight 0).
     pub fn filler_position(&self, step: u64, rank: u64, world_size: u64) -> Result<u64> {
         check_rank(rank, world_size)?;
+        self.check_by_position()?;
         Ok(self.dealing.filler_position(self.span(step)?, rank))
     }
 

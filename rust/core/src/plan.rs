@@ -4,13 +4,19 @@
 //! The layout says which positions rank `r` gets in step `t`; the order turns
 //! them into sample ids. The state to resume is `(format, N, seed, epoch,
 //! kind, G, cursor)`, independent of `W`.
+//!
+//! A plan whose layout deals [`Dealing::Balanced`](crate::dealing::Dealing)
+//! reads a step's lengths by the ids its order puts at the step's positions
+//! ([`Plan::step_samples`]), one step at a time, and the layout deals them.
 
 use crate::buffer::zeroed_ids;
+use crate::dealing::{SampleLengths, StepSamples};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 pub use crate::layout::{micro_batches_of, MicroBatch, StepShare};
 use crate::order::{Kind, Order};
 use crate::parallel;
+use crate::tokens::Caps;
 
 /// One epoch's plan: a layout and an order of the same number of samples.
 #[derive(Debug, Clone)]
@@ -201,6 +207,90 @@ impl Plan {
             })
     }
 
+    /// The sample ids at step `step`'s positions, in position order.
+    pub fn step_ids(&self, step: u64) -> Result<Vec<i64>> {
+        let span = self.layout.span(step)?;
+        let mut ids = zeroed_ids(span.len, "the step's ids")?;
+        for (k, slot) in ids.iter_mut().enumerate() {
+            *slot = (span.start + k as u64) as i64;
+        }
+        self.order.map_in_place(&mut ids);
+        Ok(ids)
+    }
+
+    /// Step `step`'s samples with their `lengths` and `loss_tokens` (the
+    /// lengths when `None`), read by id: only the step's entries are read.
+    pub fn step_samples(
+        &self,
+        step: u64,
+        lengths: &dyn SampleLengths,
+        loss_tokens: Option<&dyn SampleLengths>,
+    ) -> Result<StepSamples> {
+        for (name, values) in [("lengths", Some(lengths)), ("loss_tokens", loss_tokens)] {
+            match values {
+                Some(v) if v.num_samples() != self.num_samples() => {
+                    return Err(Error::Value(format!(
+                        "{name} must hold one value per sample ({}), got {}",
+                        self.num_samples(),
+                        v.num_samples()
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let span = self.layout.span(step)?;
+        let ids = self.step_ids(step)?;
+        let mut read = Vec::new();
+        lengths.read("lengths", &ids, &mut read)?;
+        let loss = match loss_tokens {
+            Some(loss) => {
+                let mut out = Vec::new();
+                loss.read("loss_tokens", &ids, &mut out)?;
+                Some(out)
+            }
+            None => None,
+        };
+        Ok(StepSamples {
+            step,
+            span,
+            ids,
+            lengths: read,
+            loss_tokens: loss,
+        })
+    }
+
+    /// Rank `rank`'s sample ids of step `step` of a balanced plan, in
+    /// dealing order.
+    pub fn balanced_step_indices(
+        &self,
+        step: u64,
+        rank: u64,
+        world_size: u64,
+        lengths: &dyn SampleLengths,
+        loss_tokens: Option<&dyn SampleLengths>,
+    ) -> Result<Vec<i64>> {
+        let samples = self.step_samples(step, lengths, loss_tokens)?;
+        let shares = self.layout.step_shares(&samples, world_size)?;
+        self.layout.dealt_ids(&samples, &shares, rank)
+    }
+
+    /// Rank `rank`'s micro-batches of step `step` of a balanced plan, under
+    /// `caps`, with their weights.
+    #[allow(clippy::too_many_arguments)]
+    pub fn balanced_micro_batches(
+        &self,
+        step: u64,
+        rank: u64,
+        world_size: u64,
+        caps: Caps,
+        lengths: &dyn SampleLengths,
+        loss_tokens: Option<&dyn SampleLengths>,
+    ) -> Result<Vec<MicroBatch>> {
+        let samples = self.step_samples(step, lengths, loss_tokens)?;
+        let dealing = self.layout.deal_step(&samples, world_size, caps)?;
+        self.layout.dealt_micro_batches(&samples, &dealing, rank)
+    }
+
     /// Where step `step` starts inside rank `rank`'s share of the whole epoch
     /// (as [`Plan::rank_indices`] of a plan with cursor 0 lays it out).
     pub fn rank_step_offset(&self, step: u64, rank: u64, world_size: u64) -> Result<u64> {
@@ -257,5 +347,65 @@ mod tests {
         let ids = p.step_indices(0, 0, 2).unwrap();
         assert!(p.split_step(0, 0, 2, 0, &ids).is_err());
         assert!(p.total_micro_batches(2, 0).is_err());
+    }
+
+    #[test]
+    fn balanced_plans_keep_the_steps_and_cover_them_once() {
+        use crate::dealing::Dealing;
+        use crate::tokens::{Cost, Normalization};
+        let lengths: Vec<u32> = (0..23u32).map(|i| (i * 7919) % 50 + 1).collect();
+        let strided = plan(23, 5, false);
+        let layout = strided
+            .layout()
+            .with_dealing(
+                Dealing::Balanced { cost: Cost::Tokens },
+                Normalization::Tokens,
+            )
+            .unwrap();
+        let p = Plan::from_parts(layout, strided.order().clone()).unwrap();
+        assert!(
+            p.step_indices(0, 0, 2).is_err(),
+            "positional methods need lengths"
+        );
+        let caps = Caps::new(Some(2), Some(60)).unwrap();
+        for w in 1..8 {
+            for step in 0..p.num_steps() {
+                let mut balanced: Vec<i64> = (0..w)
+                    .flat_map(|r| p.balanced_step_indices(step, r, w, &lengths, None).unwrap())
+                    .collect();
+                let mut by_stride: Vec<i64> = (0..w)
+                    .flat_map(|r| strided.step_indices(step, r, w).unwrap())
+                    .collect();
+                balanced.sort_unstable();
+                by_stride.sort_unstable();
+                assert_eq!(balanced, by_stride);
+                let batches: Vec<_> = (0..w)
+                    .map(|r| {
+                        p.balanced_micro_batches(step, r, w, caps, &lengths, None)
+                            .unwrap()
+                    })
+                    .collect();
+                let total: f64 = batches
+                    .iter()
+                    .flatten()
+                    .flat_map(|(ids, weights)| {
+                        ids.iter()
+                            .zip(weights)
+                            .map(|(&id, &w)| w * lengths[id as usize] as f64)
+                    })
+                    .sum();
+                assert!((total - w as f64).abs() < 1e-9, "{total}");
+                assert!(batches.iter().all(|b| b.len() == batches[0].len()));
+            }
+        }
+        let err = p
+            .balanced_micro_batches(0, 0, 2, Caps::new(None, Some(3)).unwrap(), &lengths, None)
+            .unwrap_err();
+        assert!(err.to_string().starts_with("lengths["), "{err}");
+        let negative = [-1i64; 23];
+        let err = p
+            .balanced_step_indices(0, 0, 1, &negative.to_vec(), None)
+            .unwrap_err();
+        assert!(err.to_string().contains("lengths must be >= 0"), "{err}");
     }
 }
