@@ -18,9 +18,9 @@ const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
 /// machine cannot hold it (instead of an aborted process).
 pub fn zeroed_ids(count: u64, what: &str) -> Result<Vec<i64>> {
     let ids = try_zeroed(checked_len(count, what)?).ok_or_else(|| too_large(count, what))?;
-    if !has_headroom(ids.len()) {
+    if let Err(threads) = check_headroom(ids.len()) {
         drop(ids);
-        return Err(too_large(count, what));
+        return Err(no_headroom(count, what, threads));
     }
     advise_huge_pages(&ids);
     Ok(ids)
@@ -44,9 +44,9 @@ pub fn ids_with_capacity(count: u64, what: &str) -> Result<Vec<i64>> {
     let mut ids = Vec::new();
     ids.try_reserve_exact(checked_len(count, what)?)
         .map_err(|_| too_large(count, what))?;
-    if !has_headroom(ids.capacity()) {
+    if let Err(threads) = check_headroom(ids.capacity()) {
         drop(ids);
-        return Err(too_large(count, what));
+        return Err(no_headroom(count, what, threads));
     }
     advise_huge_pages(ids.spare_capacity_mut());
     Ok(ids)
@@ -94,20 +94,40 @@ pub fn try_copy_of<T: Clone>(items: &[T]) -> Option<Vec<T>> {
     Some(copy)
 }
 
-/// Address space to leave free after a large output, per thread of the pool
-/// and for the calling thread: glibc reserves 64 MiB for a thread's own
-/// malloc arena on its first allocation, and the rest of a call (sort
+/// Address space to leave free after a large output, per thread that is yet
+/// to start and for the calling thread: glibc reserves 64 MiB for a thread's
+/// own malloc arena on its first allocation, and the rest of a call (sort
 /// buckets, swap partners, error messages) allocates within that.
 const HEADROOM_PER_THREAD: usize = 64 << 20;
 
 /// Outputs at least this large (in ids) check their headroom.
 const HEADROOM_MIN_IDS: usize = 1 << 17;
 
+/// The threads whose memory a call over `len` ids must leave room for: the
+/// caller's, and the pool threads it runs on (no more than it has pieces of
+/// work for: 16 for 10^6 ids, on a node of 128 cores too) unless the pool is
+/// running already, when their memory is taken.
+fn threads_for(len: usize) -> usize {
+    if parallel::pool_started() {
+        return 1;
+    }
+    parallel::num_threads()
+        .min(len.div_ceil(parallel::PIECE))
+        .max(1)
+        + 1
+}
+
 /// Whether, beside an output of `len` ids just allocated, the rest of the
-/// call has room: [`HEADROOM_PER_THREAD`] for each thread of the pool and
-/// the caller's. Small outputs do not check (see [`has_room`]).
-fn has_headroom(len: usize) -> bool {
-    len < HEADROOM_MIN_IDS || has_room(0, parallel::num_threads() + 1)
+/// call has room: [`HEADROOM_PER_THREAD`] for each thread it runs on (see
+/// [`threads_for`]). Small outputs do not check (see [`has_room`]). The
+/// error is the number of threads counted.
+fn check_headroom(len: usize) -> std::result::Result<(), usize> {
+    let threads = threads_for(len);
+    if len < HEADROOM_MIN_IDS || has_room(0, threads) {
+        Ok(())
+    } else {
+        Err(threads)
+    }
 }
 
 /// Whether `bytes`, plus [`HEADROOM_PER_THREAD`] for each of `threads`
@@ -164,6 +184,15 @@ fn allocations_can_fail() -> bool {
 fn too_large(count: u64, what: &str) -> Error {
     Error::Memory(format!(
         "cannot allocate {count} int64 values for {what}: not enough memory"
+    ))
+}
+
+fn no_headroom(count: u64, what: &str, threads: usize) -> Error {
+    Error::Memory(format!(
+        "cannot allocate {count} int64 values for {what}: not enough memory for them and \
+         the {threads} threads the call runs on ({} MiB each; EPOCHPLAN_NUM_THREADS or \
+         epochplan.set_num_threads lowers the count)",
+        HEADROOM_PER_THREAD >> 20
     ))
 }
 

@@ -92,6 +92,12 @@ fn pool() -> Result<Arc<rayon::ThreadPool>> {
     Ok(pool)
 }
 
+/// Whether this process's pool for the current thread count is running: its
+/// threads have started, and with them the memory each keeps for itself.
+pub fn pool_started() -> bool {
+    current_pool(std::process::id(), num_threads()).is_some()
+}
+
 /// The pool of this process for `threads` threads, if it is built. A pool
 /// inherited through fork() is forgotten: its threads do not exist here,
 /// so it must never be joined or dropped.
