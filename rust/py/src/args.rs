@@ -227,7 +227,7 @@ pub fn str_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
 /// comes back for a value outside int64 (a large uint64 or Python int), for
 /// the caller's range message.
 #[allow(clippy::type_complexity)]
-fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>, Vec<usize>)>> {
+pub fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i64>, Vec<usize>)>> {
     let py = obj.py();
     let np = py.import("numpy")?;
     let arr = asarray(obj, name)?;

@@ -1,7 +1,11 @@
 //! The Python bindings of epochplan-core: argument checks, the GIL released
 //! around every long computation, and int64 arrays handed to numpy without a
 //! copy. Nothing here computes an order or a plan itself.
-#![forbid(unsafe_code)]
+//!
+//! Unsafe code is denied, with one exception, documented where it is:
+//! `space::NumpyIds` reads the ids of a numpy array it keeps alive, so that
+//! `Selection.from_indices` takes a large id array without a copy.
+#![deny(unsafe_code)]
 
 mod args;
 mod errors;
@@ -9,6 +13,7 @@ mod layout;
 mod permutation;
 mod plan;
 mod planfile;
+mod space;
 mod streaming_partition;
 mod streaming_shuffle;
 mod testing;
@@ -30,6 +35,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
     planfile::register(m)?;
+    space::register(m)?;
     errors::register(m)?;
     args::register(m)?;
     testing::register(m)?;
