@@ -831,3 +831,96 @@ else:
     assert out[0] == "1000000 1000000"
     assert "the 129 threads the call runs on" in out[1]
     assert "EPOCHPLAN_NUM_THREADS" in out[1]
+
+
+def test_fuzz_index_spaces() -> None:
+    # Selections, random splits and mixtures: only the allowed exceptions, and
+    # every target also returns (half the examples take valid small values).
+    returned: Counter[str] = Counter()
+    targets = ["from_ranges", "from_mask", "from_indices", "random_split", "Mixture"]
+    targets += ["epoch", "index", "take", "sources", "set"]
+
+    @st.composite
+    def selection(draw: st.DrawFn) -> ep.Selection:
+        n = draw(st.integers(0, 12))
+        form = draw(st.sampled_from(["ranges", "mask", "indices", "split"]))
+        if form == "ranges":
+            cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
+            return ep.Selection.from_ranges(list(zip(cuts[::2], cuts[1::2], strict=False)), n)
+        if form == "mask":
+            return ep.Selection.from_mask(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+        if form == "indices":
+            return ep.Selection.from_indices(draw(st.permutations(range(n)))[: n // 2], n)
+        return ep.random_split(n, [n // 3, n - n // 3], seed=draw(st.integers(0, 9)))[1]
+
+    @settings(
+        max_examples=800,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(data=st.data())
+    def fuzz(data: st.DataObject) -> None:
+        target = data.draw(st.sampled_from(targets))
+        valid = data.draw(st.booleans())
+        arg = st.integers(0, 12) if valid else ARG
+        items = st.lists(arg, max_size=4) if valid else st.one_of(VALUES, st.lists(ARG, max_size=4))
+        try:
+            if target == "from_ranges":
+                pair = st.one_of(st.tuples(arg, arg), st.builds(slice, arg, arg, arg), arg)
+                ranges = data.draw(st.one_of(st.lists(pair, max_size=3), VALUES))
+                if valid:
+                    cuts = sorted(data.draw(st.lists(st.integers(0, 12), max_size=4)))
+                    ranges = list(zip(cuts[::2], cuts[1::2], strict=False))
+                ep.Selection.from_ranges(ranges, data.draw(arg) if not valid else 12)
+            elif target == "from_mask":
+                mask = (
+                    data.draw(st.lists(st.booleans(), max_size=9)) if valid else data.draw(VALUES)
+                )
+                ep.Selection.from_mask(mask)
+            elif target == "from_indices":
+                ids = data.draw(st.permutations(range(9)))[:4] if valid else data.draw(VALUES)
+                ep.Selection.from_indices(ids, 9 if valid else data.draw(SMALL_OR_BAD))
+            elif target == "random_split":
+                spec = data.draw(st.sampled_from([[6, 6], [0.5, 0.5], [12]]) if valid else items)
+                ep.random_split(12 if valid else data.draw(arg), spec, seed=data.draw(arg))
+            elif target == "Mixture":
+                sources = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
+                kind = data.draw(st.sampled_from(["weights", "repeat", "quotas", None]))
+                if not valid:
+                    sources = data.draw(st.one_of(items, st.lists(selection(), max_size=2)))
+                extra = {} if kind is None else {kind: data.draw(items)}
+                if valid and kind is not None:
+                    extra = {kind: [1] * len(sources)}
+                if kind == "weights" and data.draw(st.booleans()):
+                    extra["num_samples"] = data.draw(arg)
+                ep.Mixture(sources, **extra, seed=data.draw(arg))
+            elif target in ("epoch", "sources"):
+                mix = ep.Mixture(data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
+                consumed = data.draw(st.one_of(st.none(), items))
+                epoch = mix.epoch(data.draw(arg), consumed if not valid else None)
+                if target == "sources":
+                    epoch.sources(data.draw(VALUES) if not valid else [0, -1])
+            elif target in ("index", "take"):
+                space: Any = data.draw(selection())
+                if data.draw(st.booleans()):
+                    space = ep.Mixture([len(space) or 1, 3]).epoch(1)
+                key = data.draw(st.one_of(VALUES, slices()))
+                if target == "take":
+                    space.take(key)
+                else:
+                    space[key]
+            else:
+                a, b = data.draw(selection()), data.draw(selection())
+                op = data.draw(st.sampled_from(["&", "|", "-", "~", "mask"]))
+                if op == "~":
+                    _ = ~a
+                elif op == "mask":
+                    ep.Selection.from_mask(a.to_mask())
+                else:
+                    {"&": a.__and__, "|": a.__or__, "-": a.__sub__}[op](b)
+            returned[target] += 1
+        except ALLOWED:
+            pass
+
+    fuzz()
+    assert all(returned[t] for t in targets), returned
