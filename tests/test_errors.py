@@ -548,7 +548,11 @@ def valid_args(data: st.DataObject, plan: ep.EpochPlan, method: Callable[..., ob
     }
     if plan.num_steps:
         values["ids"] = plan.step_indices(step, rank, world_size)
-    names = [p.name for p in inspect.signature(method).parameters.values()]
+    names = [
+        p.name
+        for p in inspect.signature(method).parameters.values()
+        if p.kind is not p.KEYWORD_ONLY  # lengths=, max_tokens=: token plans, fuzzed apart
+    ]
     return [values[name] for name in names if name != "self"]
 
 
@@ -577,7 +581,12 @@ def test_fuzz_plans_workers_and_streaming() -> None:
         try:
             if target == "EpochPlan":
                 extra = {} if small else data.draw(PLAN_EXTRA)
-                plan = ep.EpochPlan(*draw_args(2), **extra)
+                sizes = draw_args(2)
+                if small and data.draw(st.booleans()):
+                    # A token plan: tokens per sample, zeros included.
+                    lengths = st.lists(st.integers(0, 9), min_size=sizes[0], max_size=sizes[0])
+                    extra = {"lengths": np.asarray(data.draw(lengths), dtype=np.int32)}
+                plan = ep.EpochPlan(*sizes, **extra)
                 target = data.draw(st.sampled_from(PLAN_METHODS))
                 method = getattr(plan, target)
                 if small:
@@ -588,7 +597,7 @@ def test_fuzz_plans_workers_and_streaming() -> None:
                     state = plan.state_dict()
                     if not small:
                         state[data.draw(st.sampled_from(sorted(state)))] = args[0]
-                    ep.EpochPlan.from_state_dict(state)
+                    ep.EpochPlan.from_state_dict(state, lengths=plan.lengths)
                 else:
                     result = method(*args)
                     if target == "micro_batches":

@@ -128,7 +128,6 @@ macro_rules! slice_lengths {
                 self.len() as u64
             }
 
-            #[allow(unused_comparisons)]
             fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
                 out.try_reserve(ids.len())
                     .map_err(|_| Error::Memory("cannot allocate the step's lengths".into()))?;
@@ -139,10 +138,11 @@ macro_rules! slice_lengths {
                             self.len()
                         ))
                     })?;
-                    if *value < 0 {
-                        return Err(negative_length(name, id, *value as i128));
+                    let value = i128::from(*value);
+                    if value < 0 {
+                        return Err(negative_length(name, id, value));
                     }
-                    out.push(*value as u64);
+                    out.push(value as u64);
                 }
                 Ok(())
             }
@@ -170,6 +170,39 @@ pub fn negative_length(name: &str, id: i64, value: i128) -> Error {
     Error::Value(format!(
         "{name} must be >= 0 for every sample, got {name}[{id}] = {value}"
     ))
+}
+
+/// A digest of an array of lengths (or loss tokens), for a plan's state to
+/// refuse other arrays: BLAKE3 of a tag, the count and every value as a
+/// little-endian `u64`, so an array's dtype does not matter, its values do.
+/// O(N): computed once per plan, when its state is first asked for.
+#[derive(Debug, Clone)]
+pub struct LengthsDigest(blake3::Hasher);
+
+impl LengthsDigest {
+    /// A digest of `count` values, fed in order by [`LengthsDigest::update`].
+    pub fn new(count: u64) -> LengthsDigest {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(b"epochplan lengths v1\0");
+        hasher.update(&count.to_le_bytes());
+        LengthsDigest(hasher)
+    }
+
+    /// Feeds the next values.
+    pub fn update(&mut self, values: &[u64]) {
+        let mut bytes = [0u8; 8 * 512];
+        for chunk in values.chunks(512) {
+            for (slot, v) in bytes.chunks_exact_mut(8).zip(chunk) {
+                slot.copy_from_slice(&v.to_le_bytes());
+            }
+            self.0.update(&bytes[..8 * chunk.len()]);
+        }
+    }
+
+    /// The digest, as `"blake3:"` and 64 hex digits.
+    pub fn finish(&self) -> String {
+        format!("blake3:{}", self.0.finalize().to_hex())
+    }
 }
 
 /// The samples of one step, as a balanced dealing reads them: their ids

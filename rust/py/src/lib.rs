@@ -10,6 +10,7 @@
 mod args;
 mod errors;
 mod layout;
+mod lengths;
 mod permutation;
 mod plan;
 mod planfile;

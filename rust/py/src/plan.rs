@@ -1,12 +1,19 @@
 //! `EpochPlan` and its micro-batch iterator.
 
 use crate::args::{
-    bool_arg, int_arg, opt_int_arg, rank_args, step_arg, str_arg, Keyword, MAX_I64, MAX_U64,
+    bool_arg, int_arg, opt_int_arg, rank_args, sample_ids_arg, step_arg, str_arg, Keyword, MAX_I64,
+    MAX_U64,
 };
 use crate::errors::IntoPyResult;
 use crate::layout::{self, batch_list, flags_arg, PlanLayout};
+use crate::lengths::{
+    caps_arg, cost_arg, cost_value, normalization_arg, samples_cap_arg, TokenArrays,
+};
 use crate::permutation::{kind_params, order_args};
+use epochplan_core::dealing::{Dealing, SampleLengths, StepSamples};
+use epochplan_core::layout::MicroBatch;
 use epochplan_core::plan::Plan;
+use epochplan_core::tokens::{Caps, Cost, Normalization, StepShares};
 use epochplan_core::Layout;
 use epochplan_core::{Kind, Order, FORMAT_VERSION};
 use numpy::{IntoPyArray, PyArray1};
@@ -28,6 +35,22 @@ const STATE_KEYS: [&str; 10] = [
     "drop_last",
     "cursor",
 ];
+
+/// The keys a token plan's state adds.
+const TOKEN_KEYS: [&str; 4] = [
+    "cost",
+    "loss_normalization",
+    "lengths_digest",
+    "loss_tokens_digest",
+];
+
+/// How micro-batches are capped: by samples (a plan without lengths) or
+/// by samples and/or tokens (a token plan).
+#[derive(Debug, Clone, Copy)]
+enum MicroCaps {
+    Samples(u64),
+    Tokens(Caps),
+}
 
 /// An epoch cut into global steps and dealt to ranks: exact, equal-step,
 /// weighted, elastic and resumable.
@@ -58,12 +81,28 @@ const STATE_KEYS: [&str; 10] = [
 ///         end of the last full step). The plan starts at the next step.
 ///         Resuming at any world size covers the rest of the epoch exactly
 ///         once.
+///     lengths: tokens per sample (a 1-d integer numpy array or np.memmap of
+///         N entries, any integer dtype): a token plan. The array is
+///         borrowed, never copied whole; a step reads its samples' entries.
+///         The steps stay the same; each is dealt balanced by cost, cut into
+///         micro-batches under ``max_tokens`` and weighted by tokens (see the
+///         token plans guide).
+///     loss_tokens: tokens per sample that count in the loss (as lengths;
+///         default: lengths).
+///     cost: what a sample costs by its length L: ``"tokens"`` (L, default)
+///         or ``(a, b)`` for ``a*L + b*L**2``.
+///     loss_normalization: ``"tokens"`` (default with lengths: weights
+///         ``W / T_t`` for each sample's summed token loss) or ``"samples"``
+///         (``W / n_t`` for each sample's mean loss).
 ///
 /// Raises:
 ///     TypeError: an argument of the wrong type (None too, for seed, epoch,
-///         kind, drop_last and cursor).
+///         kind, drop_last and cursor; lengths of a non-integer dtype).
 ///     ValueError: a value outside its range (the cursor off a step
-///         boundary, say), or a kind as :class:`Permutation` rejects.
+///         boundary, say), or a kind as :class:`Permutation` rejects; lengths
+///         of another size or dimension; loss_tokens, cost or
+///         loss_normalization without lengths. A negative length is named
+///         when its step is first read.
 ///     OverflowError: kind="uniform" with more ids than memory can hold, at
 ///         the first call that needs ids (its permutation is built then: a
 ///         plan used for its layout, its state or ids read from plan files
@@ -91,6 +130,8 @@ pub struct EpochPlan {
     /// plan used for its layout, its state or ids read from plan files holds
     /// none. Shared with the plans `at_step` makes of this one.
     order: Arc<OnceLock<Order>>,
+    /// A token plan's arrays (shared with the plans `at_step` makes).
+    tokens: Option<Arc<TokenArrays>>,
 }
 
 impl EpochPlan {
@@ -109,6 +150,101 @@ impl EpochPlan {
     fn plan(&self, py: Python<'_>) -> PyResult<Plan> {
         Plan::from_parts(self.layout, self.order(py)?.clone()).py()
     }
+
+    /// The caps of `micro_batch_size` and `max_tokens` for this plan.
+    fn caps(
+        &self,
+        micro_batch_size: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<MicroCaps> {
+        Ok(match self.tokens {
+            Some(_) => MicroCaps::Tokens(caps_arg(micro_batch_size, max_tokens)?),
+            None => MicroCaps::Samples(samples_cap_arg(micro_batch_size, max_tokens)?),
+        })
+    }
+
+    /// A token plan's step with its lengths (read under the GIL: only the
+    /// step's entries).
+    fn samples(&self, py: Python<'_>, plan: &Plan, step: u64) -> PyResult<StepSamples> {
+        let Some(tokens) = &self.tokens else {
+            return Err(PyValueError::new_err(
+                "this plan has no lengths: give EpochPlan(..., lengths=...)",
+            ));
+        };
+        let (lengths, loss) = tokens.readers(py)?;
+        let loss = loss.as_ref().map(|l| l as &dyn SampleLengths);
+        plan.step_samples(step, &lengths, loss).py()
+    }
+
+    /// A token plan's step and its shares over `w` ranks.
+    fn shares(
+        &self,
+        py: Python<'_>,
+        plan: &Plan,
+        step: u64,
+        w: u64,
+    ) -> PyResult<(StepSamples, StepShares)> {
+        let samples = self.samples(py, plan, step)?;
+        let layout = self.layout;
+        let shares = py.detach(|| layout.step_shares(&samples, w)).py()?;
+        Ok((samples, shares))
+    }
+
+    /// Rank `rank`'s micro-batches of step `step`.
+    fn step_batches(
+        &self,
+        py: Python<'_>,
+        plan: &Plan,
+        step: u64,
+        rank: u64,
+        w: u64,
+        caps: MicroCaps,
+    ) -> PyResult<Vec<MicroBatch>> {
+        match caps {
+            MicroCaps::Samples(b) => py.detach(|| plan.micro_batches(step, rank, w, b)).py(),
+            MicroCaps::Tokens(caps) => {
+                let samples = self.samples(py, plan, step)?;
+                let layout = self.layout;
+                py.detach(|| {
+                    let dealing = layout.deal_step(&samples, w, caps)?;
+                    layout.dealt_micro_batches(&samples, &dealing, rank)
+                })
+                .py()
+            }
+        }
+    }
+
+    /// Micro-batches of every rank in step `step`.
+    fn step_count(&self, py: Python<'_>, step: u64, w: u64, caps: MicroCaps) -> PyResult<u64> {
+        match caps {
+            MicroCaps::Samples(b) => Ok(self.layout.share(step, 0, w, b).py()?.micro_batches),
+            MicroCaps::Tokens(caps) => {
+                let plan = self.plan(py)?;
+                let samples = self.samples(py, &plan, step)?;
+                let layout = self.layout;
+                py.detach(|| layout.deal_step(&samples, w, caps))
+                    .py()
+                    .map(|d| d.num_micro_batches())
+            }
+        }
+    }
+
+    /// Rank `rank`'s real samples in steps `first..last` of a token plan.
+    fn token_rank_len(
+        &self,
+        py: Python<'_>,
+        first: u64,
+        last: u64,
+        rank: u64,
+        w: u64,
+    ) -> PyResult<u64> {
+        let plan = self.plan(py)?;
+        let mut total = 0u64;
+        for step in first..last {
+            total += self.shares(py, &plan, step, w)?.1.count(rank).py()? as u64;
+        }
+        Ok(total)
+    }
 }
 
 #[pymethods]
@@ -118,8 +254,9 @@ impl EpochPlan {
         signature = (num_samples, global_batch_size, *, seed = Keyword::Omitted,
                      epoch = Keyword::Omitted, kind = Keyword::Omitted,
                      drop_last = Keyword::Omitted, cursor = Keyword::Omitted,
-                     chunk_size = None, preload_nchunks = None),
-        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, chunk_size=None, preload_nchunks=None)"
+                     chunk_size = None, preload_nchunks = None, lengths = None,
+                     loss_tokens = None, cost = None, loss_normalization = None),
+        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, chunk_size=None, preload_nchunks=None, lengths=None, loss_tokens=None, cost='tokens', loss_normalization=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -132,6 +269,10 @@ impl EpochPlan {
         cursor: Keyword<'_>,
         chunk_size: Option<&Bound<'_, PyAny>>,
         preload_nchunks: Option<&Bound<'_, PyAny>>,
+        lengths: Option<&Bound<'_, PyAny>>,
+        loss_tokens: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        loss_normalization: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let (n, seed, epoch, kind) = order_args(
             num_samples,
@@ -144,7 +285,34 @@ impl EpochPlan {
         )?;
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
         let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
-        let layout = Layout::new(n, g, drop_last, cursor).py()?;
+        let mut layout = Layout::new(n, g, drop_last, cursor).py()?;
+        let cost = cost_arg(cost)?;
+        let normalization = normalization_arg(loss_normalization)?;
+        let tokens = match lengths.filter(|l| !l.is_none()) {
+            Some(lengths) => {
+                let arrays = TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), n)?;
+                let dealing = Dealing::Balanced {
+                    cost: cost.unwrap_or(Cost::Tokens),
+                };
+                let normalization = normalization.unwrap_or(Normalization::Tokens);
+                layout = layout.with_dealing(dealing, normalization).py()?;
+                Some(Arc::new(arrays))
+            }
+            None => {
+                for (name, given) in [
+                    ("loss_tokens", loss_tokens.is_some_and(|l| !l.is_none())),
+                    ("loss_normalization", normalization.is_some()),
+                    ("cost", cost.is_some_and(|c| c != Cost::Tokens)),
+                ] {
+                    if given {
+                        return Err(PyValueError::new_err(format!(
+                            "{name} needs lengths: give lengths= (tokens per sample) too"
+                        )));
+                    }
+                }
+                None
+            }
+        };
         let order = Arc::new(OnceLock::new());
         if kind != Kind::Uniform {
             // O(1) to build: built now, so that every error comes from here.
@@ -156,7 +324,52 @@ impl EpochPlan {
             epoch,
             kind,
             order,
+            tokens,
         })
+    }
+
+    /// The plan's lengths (tokens per sample, the array given), or None.
+    #[getter]
+    fn lengths<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.tokens
+            .as_ref()
+            .map(|t| t.lengths.bind(py).clone().into_any())
+    }
+
+    /// The plan's loss tokens per sample (the array given), or None (the
+    /// lengths count, or no lengths).
+    #[getter]
+    fn loss_tokens<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.tokens
+            .as_ref()
+            .and_then(|t| t.loss_tokens.as_ref())
+            .map(|l| l.bind(py).clone().into_any())
+    }
+
+    /// The cost model of a token plan: "tokens" or (a, b); None without lengths.
+    #[getter]
+    fn cost<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.layout.dealing() {
+            Dealing::Balanced { cost } => cost_value(py, cost).map(Some),
+            Dealing::Strided => Ok(None),
+        }
+    }
+
+    /// What a real sample's weight divides by: "tokens" or "samples" (a plan
+    /// without lengths: "samples").
+    #[getter]
+    fn loss_normalization(&self) -> &'static str {
+        match self.layout.normalization() {
+            Normalization::Tokens => "tokens",
+            Normalization::Samples => "samples",
+        }
+    }
+
+    /// ``T_t``: the loss tokens of step ``step`` over all ranks (a token plan).
+    fn step_tokens(&self, py: Python<'_>, step: &Bound<'_, PyAny>) -> PyResult<u128> {
+        let step = step_arg(step, self.layout.num_steps(), false)?;
+        let plan = self.plan(py)?;
+        Ok(self.samples(py, &plan, step)?.step_tokens())
     }
 
     /// The plan's layout: its steps, shares, micro-batch cuts and weights,
@@ -255,7 +468,12 @@ impl EpochPlan {
         let step = step_arg(step, self.layout.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
         let plan = self.plan(py)?;
-        let ids = py.detach(|| plan.step_indices(step, rank, w)).py()?;
+        let ids = if self.tokens.is_some() {
+            let (samples, shares) = self.shares(py, &plan, step, w)?;
+            self.layout.dealt_ids(&samples, &shares, rank).py()?
+        } else {
+            py.detach(|| plan.step_indices(step, rank, w)).py()?
+        };
         Ok(ids.into_pyarray(py))
     }
 
@@ -268,51 +486,99 @@ impl EpochPlan {
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let (rank, w) = rank_args(rank, world_size)?;
         let plan = self.plan(py)?;
-        let ids = py.detach(|| plan.rank_indices(rank, w)).py()?;
+        let ids = if self.tokens.is_some() {
+            let mut ids = Vec::new();
+            for step in self.layout.start_step()..self.layout.num_steps() {
+                let (samples, shares) = self.shares(py, &plan, step, w)?;
+                ids.extend(self.layout.dealt_ids(&samples, &shares, rank).py()?);
+            }
+            ids
+        } else {
+            py.detach(|| plan.rank_indices(rank, w)).py()?
+        };
         Ok(ids.into_pyarray(py))
     }
 
     /// Rank `rank`'s number of real samples from start_step on.
-    fn rank_size(&self, rank: &Bound<'_, PyAny>, world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
+    fn rank_size(
+        &self,
+        py: Python<'_>,
+        rank: &Bound<'_, PyAny>,
+        world_size: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        if self.tokens.is_some() {
+            let (rank, w) = rank_args(rank, world_size)?;
+            let (first, last) = (self.layout.start_step(), self.layout.num_steps());
+            return self.token_rank_len(py, first, last, rank, w);
+        }
         layout::rank_size(&self.layout, rank, world_size)
     }
 
-    /// Micro-batches of every rank in step `step`.
+    /// Micro-batches of every rank in step `step` (a token plan: under
+    /// micro_batch_size and/or max_tokens).
+    #[pyo3(signature = (step, world_size, micro_batch_size = None, *, max_tokens = None))]
     fn num_micro_batches(
         &self,
+        py: Python<'_>,
         step: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
-        micro_batch_size: &Bound<'_, PyAny>,
+        micro_batch_size: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        layout::num_micro_batches(&self.layout, step, world_size, micro_batch_size)
+        let step = step_arg(step, self.layout.num_steps(), false)?;
+        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+        let caps = self.caps(micro_batch_size, max_tokens)?;
+        self.step_count(py, step, w, caps)
     }
 
-    /// Micro-batches every rank gets from start_step on (the same for all ranks).
+    /// Micro-batches every rank gets from start_step on (the same for all
+    /// ranks). A token plan counts them step by step (it reads every step's
+    /// lengths).
+    #[pyo3(signature = (world_size, micro_batch_size = None, *, max_tokens = None))]
     fn total_micro_batches(
         &self,
+        py: Python<'_>,
         world_size: &Bound<'_, PyAny>,
-        micro_batch_size: &Bound<'_, PyAny>,
+        micro_batch_size: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        layout::total_micro_batches(&self.layout, world_size, micro_batch_size)
+        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+        match self.caps(micro_batch_size, max_tokens)? {
+            MicroCaps::Samples(b) => self.layout.total_micro_batches(w, b).py(),
+            caps => {
+                let mut total = 0;
+                for step in self.layout.start_step()..self.layout.num_steps() {
+                    total += self.step_count(py, step, w, caps)?;
+                }
+                Ok(total)
+            }
+        }
     }
 
     /// The micro-batches of one step: a list of (indices, weights) pairs.
+    #[pyo3(signature = (step, rank, world_size, micro_batch_size = None, *, max_tokens = None))]
     fn step_micro_batches<'py>(
         &self,
         py: Python<'py>,
         step: &Bound<'py, PyAny>,
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
-        micro_batch_size: &Bound<'py, PyAny>,
+        micro_batch_size: Option<&Bound<'py, PyAny>>,
+        max_tokens: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let step = step_arg(step, self.layout.num_steps(), false)?;
         let (rank, w) = rank_args(rank, world_size)?;
-        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-        step_list(py, &self.plan(py)?, step, rank, w, b)
+        let caps = self.caps(micro_batch_size, max_tokens)?;
+        let batches = self.step_batches(py, &self.plan(py)?, step, rank, w, caps)?;
+        batch_list(py, batches)
     }
 
     /// Cuts `ids` (rank `rank`'s real samples of step `step`, e.g. read from a
     /// plan file) into the step's micro-batches: a list of (indices, weights).
+    /// A token plan deals the step itself and checks that `ids` are the
+    /// rank's share.
+    #[pyo3(signature = (step, rank, world_size, micro_batch_size, ids, *, max_tokens = None))]
+    #[allow(clippy::too_many_arguments)]
     fn split_step<'py>(
         &self,
         py: Python<'py>,
@@ -321,7 +587,29 @@ impl EpochPlan {
         world_size: &Bound<'py, PyAny>,
         micro_batch_size: &Bound<'py, PyAny>,
         ids: &Bound<'py, PyAny>,
+        max_tokens: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
+        if self.tokens.is_some() {
+            let step = step_arg(step, self.layout.num_steps(), false)?;
+            let (rank, w) = rank_args(rank, world_size)?;
+            let caps = self.caps(Some(micro_batch_size), max_tokens)?;
+            let given = sample_ids_arg(ids, "ids", self.layout.num_samples())?;
+            let plan = self.plan(py)?;
+            let batches = self.step_batches(py, &plan, step, rank, w, caps)?;
+            let (samples, shares) = self.shares(py, &plan, step, w)?;
+            let share = self.layout.dealt_ids(&samples, &shares, rank).py()?;
+            if share != given {
+                return Err(PyValueError::new_err(format!(
+                    "ids must be rank {rank}'s {} samples of step {step} in the plan's \
+                     dealing order (step_indices({step}, {rank}, {w}))",
+                    share.len()
+                )));
+            }
+            return batch_list(py, batches);
+        }
+        if max_tokens.is_some_and(|m| !m.is_none()) {
+            samples_cap_arg(None, max_tokens)?;
+        }
         let order = self.order(py)?;
         layout::split_step(
             py,
@@ -335,30 +623,40 @@ impl EpochPlan {
     /// (an offset into `at_step(0).rank_indices(rank, world_size)`).
     fn rank_step_offset(
         &self,
+        py: Python<'_>,
         step: &Bound<'_, PyAny>,
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
+        if self.tokens.is_some() {
+            let step = step_arg(step, self.layout.num_steps(), true)?;
+            let (rank, w) = rank_args(rank, world_size)?;
+            return self.token_rank_len(py, 0, step, rank, w);
+        }
         layout::rank_step_offset(&self.layout, step, rank, world_size)
     }
 
     /// Yields, per step from start_step on, the list of that step's
     /// micro-batches as (indices, weights) pairs; every rank gets the same
     /// number of steps and of micro-batches per step.
+    /// A token plan caps each micro-batch by micro_batch_size samples and/or
+    /// max_tokens tokens (at least one).
+    #[pyo3(signature = (rank, world_size, micro_batch_size = None, *, max_tokens = None))]
     fn micro_batches(
         slf: Bound<'_, Self>,
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
-        micro_batch_size: &Bound<'_, PyAny>,
+        micro_batch_size: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<MicroBatches> {
         let (rank, w) = rank_args(rank, world_size)?;
-        let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+        let caps = slf.get().caps(micro_batch_size, max_tokens)?;
         let next = slf.get().layout.start_step();
         Ok(MicroBatches {
             plan: slf.unbind(),
             rank,
             world_size: w,
-            micro_batch_size: b,
+            caps,
             next: std::sync::atomic::AtomicU64::new(next),
             retry: std::sync::Mutex::new(Vec::new()),
         })
@@ -372,6 +670,7 @@ impl EpochPlan {
             epoch: self.epoch,
             kind: self.kind,
             order: Arc::clone(&self.order),
+            tokens: self.tokens.clone(),
         })
     }
 
@@ -389,15 +688,27 @@ impl EpochPlan {
         d.set_item("preload_nchunks", preload_nchunks)?;
         d.set_item("drop_last", self.layout.drop_last())?;
         d.set_item("cursor", self.layout.cursor())?;
+        if let (Some(tokens), Dealing::Balanced { cost }) = (&self.tokens, self.layout.dealing()) {
+            let (lengths, loss) = tokens.digests(py)?;
+            d.set_item("cost", cost_value(py, cost)?)?;
+            d.set_item("loss_normalization", self.loss_normalization())?;
+            d.set_item("lengths_digest", lengths)?;
+            d.set_item("loss_tokens_digest", loss)?;
+        }
         Ok(d)
     }
 
     /// The plan a state dict describes; rejects unknown format versions,
-    /// missing or unknown keys and inconsistent values.
+    /// missing or unknown keys and inconsistent values. A token plan's state
+    /// needs its arrays again (``lengths=``, ``loss_tokens=``): the state
+    /// holds their digests and refuses other arrays.
     #[classmethod]
+    #[pyo3(signature = (state, *, lengths = None, loss_tokens = None))]
     fn from_state_dict(
         cls: &Bound<'_, pyo3::types::PyType>,
         state: &Bound<'_, PyAny>,
+        lengths: Option<&Bound<'_, PyAny>>,
+        loss_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let py = cls.py();
         let d = state.cast::<PyDict>().map_err(|_| {
@@ -412,7 +723,7 @@ impl EpochPlan {
         })?;
         for key in d.keys() {
             let k: String = key.extract().unwrap_or_default();
-            if !STATE_KEYS.contains(&k.as_str()) {
+            if !STATE_KEYS.contains(&k.as_str()) && !TOKEN_KEYS.contains(&k.as_str()) {
                 return Err(PyValueError::new_err(format!(
                     "state has an unknown key {key}"
                 )));
@@ -456,6 +767,36 @@ impl EpochPlan {
         }
         str_arg(&get("kind")?, "state['kind']")?;
         bool_arg(&get("drop_last")?, "state['drop_last']")?;
+        let tokens_in_state = TOKEN_KEYS
+            .iter()
+            .filter(|k| d.contains(**k).unwrap_or(false))
+            .count();
+        if tokens_in_state != 0 && tokens_in_state != TOKEN_KEYS.len() {
+            return Err(PyValueError::new_err(format!(
+                "state must hold all of the keys {TOKEN_KEYS:?} of a token plan or none"
+            )));
+        }
+        let lengths = lengths.filter(|l| !l.is_none());
+        let loss_tokens = loss_tokens.filter(|l| !l.is_none());
+        match (tokens_in_state > 0, lengths.is_some()) {
+            (true, false) => {
+                return Err(PyValueError::new_err(
+                    "lengths must be given: the state is a token plan's (give lengths= and \
+                     loss_tokens= as the plan had them)",
+                ))
+            }
+            (false, true) => {
+                return Err(PyValueError::new_err(
+                    "lengths must be None: the state is of a plan without lengths",
+                ))
+            }
+            _ => {}
+        }
+        let (cost, normalization) = if tokens_in_state > 0 {
+            (Some(get("cost")?), Some(get("loss_normalization")?))
+        } else {
+            (None, None)
+        };
         let given = |k: &str| get(k).map(Keyword::Given);
         let (chunk_size, preload_nchunks) = (get("chunk_size")?, get("preload_nchunks")?);
         // What the constructor checks across keys (the kind's name, a cursor
@@ -472,16 +813,55 @@ impl EpochPlan {
             given("cursor")?,
             Some(&chunk_size),
             Some(&preload_nchunks),
+            lengths,
+            loss_tokens,
+            cost.as_ref(),
+            normalization.as_ref(),
         )
         .map_err(in_state)
+        .and_then(|plan| {
+            if let Some(tokens) = &plan.tokens {
+                let (lengths, loss) = tokens.digests(py)?;
+                let saved: String = get("lengths_digest")?.extract()?;
+                if *lengths != saved {
+                    return Err(PyValueError::new_err(format!(
+                        "lengths differ from the state's: their digest is {lengths}, the \
+                         state's {saved}"
+                    )));
+                }
+                let saved: Option<String> = get("loss_tokens_digest")?.extract()?;
+                if *loss != saved {
+                    return Err(PyValueError::new_err(format!(
+                        "loss_tokens differ from the state's: their digest is {}, the \
+                         state's {}",
+                        loss.as_deref().unwrap_or("None (the lengths)"),
+                        saved.as_deref().unwrap_or("None (the lengths)")
+                    )));
+                }
+            }
+            Ok(plan)
+        })
     }
 
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let from_state = slf.get_type().getattr("from_state_dict")?;
+        let mut from_state = slf.get_type().getattr("from_state_dict")?;
         let state = slf.get().state_dict(py)?;
+        if let Some(tokens) = &slf.get().tokens {
+            // The arrays travel beside the state (pickled as numpy pickles them).
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("lengths", tokens.lengths.bind(py))?;
+            kwargs.set_item(
+                "loss_tokens",
+                tokens.loss_tokens.as_ref().map(|l| l.bind(py)),
+            )?;
+            from_state = py
+                .import("functools")?
+                .getattr("partial")?
+                .call((from_state,), Some(&kwargs))?;
+        }
         Ok((from_state, PyTuple::new(py, [state])?))
     }
 
@@ -490,6 +870,26 @@ impl EpochPlan {
         let extra = match kind_params(self.kind) {
             (Some(c), Some(w)) => format!(", chunk_size={c}, preload_nchunks={w}"),
             _ => String::new(),
+        };
+        let extra = match (&self.tokens, p.dealing()) {
+            (Some(t), Dealing::Balanced { cost }) => {
+                let cost = match cost {
+                    Cost::Tokens => "'tokens'".to_string(),
+                    Cost::Quadratic { a, b } => format!("({a:?}, {b:?})"),
+                };
+                format!(
+                    "{extra}, lengths=<{} values>, loss_tokens={}, cost={cost}, \
+                     loss_normalization='{}'",
+                    p.num_samples(),
+                    if t.loss_tokens.is_some() {
+                        "<given>"
+                    } else {
+                        "None"
+                    },
+                    self.loss_normalization()
+                )
+            }
+            _ => extra,
         };
         format!(
             "EpochPlan(num_samples={}, global_batch_size={}, seed={}, epoch={}, kind='{}'{extra}, \
@@ -506,18 +906,6 @@ impl EpochPlan {
     }
 }
 
-fn step_list<'py>(
-    py: Python<'py>,
-    plan: &Plan,
-    step: u64,
-    rank: u64,
-    w: u64,
-    b: u64,
-) -> PyResult<Bound<'py, PyList>> {
-    let batches = py.detach(|| plan.micro_batches(step, rank, w, b)).py()?;
-    batch_list(py, batches)
-}
-
 /// Iterates one rank's steps; each item is the step's list of
 /// (indices, weights) micro-batches.
 #[pyclass(module = "epochplan._native", frozen)]
@@ -526,7 +914,7 @@ pub struct MicroBatches {
     plan: Py<EpochPlan>,
     rank: u64,
     world_size: u64,
-    micro_batch_size: u64,
+    caps: MicroCaps,
     /// The next step no caller has claimed yet.
     next: std::sync::atomic::AtomicU64,
     /// Claimed steps that failed (no memory for them, say): the next calls
@@ -567,14 +955,9 @@ impl MicroBatches {
                 }
             }
         };
-        let made = step_list(
-            py,
-            &plan,
-            step,
-            self.rank,
-            self.world_size,
-            self.micro_batch_size,
-        );
+        let made = owner
+            .step_batches(py, &plan, step, self.rank, self.world_size, self.caps)
+            .and_then(|batches| batch_list(py, batches));
         if made.is_err() {
             self.retry().push(step);
         }

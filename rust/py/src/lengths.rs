@@ -1,0 +1,285 @@
+//! Token plans' arrays: `lengths` and `loss_tokens` held as the caller's
+//! numpy arrays (an `np.memmap` too, of any integer dtype), read per step by
+//! id under the GIL (only the step's entries are copied), their digest, and
+//! the `cost`, `loss_normalization` and cap arguments.
+
+use crate::args::{int_arg, str_arg, MAX_I64};
+use crate::errors::IntoPyResult;
+use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
+use epochplan_core::tokens::{Caps, Cost, Normalization};
+use epochplan_core::{Error, Result};
+use numpy::{PyArray1, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyTuple};
+use std::sync::OnceLock;
+
+/// A plan's token arrays and their digests (computed once, when a state
+/// is first asked for).
+#[derive(Debug)]
+pub struct TokenArrays {
+    /// Tokens per sample (a 1-d integer array of N entries).
+    pub lengths: Py<PyUntypedArray>,
+    /// Loss tokens per sample, when not the lengths.
+    pub loss_tokens: Option<Py<PyUntypedArray>>,
+    digests: OnceLock<(String, Option<String>)>,
+}
+
+impl TokenArrays {
+    /// Checked arrays of `num_samples` entries each.
+    pub fn new(
+        lengths: &Bound<'_, PyAny>,
+        loss_tokens: Option<&Bound<'_, PyAny>>,
+        num_samples: u64,
+    ) -> PyResult<TokenArrays> {
+        let lengths = array_arg(lengths, "lengths", num_samples)?;
+        let loss_tokens = loss_tokens
+            .map(|l| array_arg(l, "loss_tokens", num_samples))
+            .transpose()?;
+        Ok(TokenArrays {
+            lengths,
+            loss_tokens,
+            digests: OnceLock::new(),
+        })
+    }
+
+    /// Readers of the arrays for the duration of a GIL hold.
+    pub fn readers<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(NumpyLengths<'py>, Option<NumpyLengths<'py>>)> {
+        let lengths = NumpyLengths::new(self.lengths.bind(py).clone())?;
+        let loss = match &self.loss_tokens {
+            Some(l) => Some(NumpyLengths::new(l.bind(py).clone())?),
+            None => None,
+        };
+        Ok((lengths, loss))
+    }
+
+    /// The digests of `lengths` and of `loss_tokens` (None when they are
+    /// the lengths): O(N) the first time, then kept.
+    pub fn digests(&self, py: Python<'_>) -> PyResult<&(String, Option<String>)> {
+        if let Some(d) = self.digests.get() {
+            return Ok(d);
+        }
+        let (lengths, loss) = self.readers(py)?;
+        let made = (
+            lengths.digest("lengths").py()?,
+            loss.map(|l| l.digest("loss_tokens")).transpose().py()?,
+        );
+        Ok(self.digests.get_or_init(|| made))
+    }
+}
+
+/// `obj` as a 1-d integer numpy array of `num_samples` entries, held as it
+/// is (not copied) when it is one already.
+fn array_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> PyResult<Py<PyUntypedArray>> {
+    let py = obj.py();
+    let array = match obj.cast::<PyUntypedArray>() {
+        Ok(a) => a.clone(),
+        Err(_) => crate::args::asarray(obj, name)?
+            .cast_into::<PyUntypedArray>()
+            .map_err(|_| PyTypeError::new_err(format!("{name} must be a numpy array")))?,
+    };
+    let dtype = array.getattr("dtype")?;
+    let kind: String = dtype.getattr("kind")?.extract()?;
+    if kind != "i" && kind != "u" {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an array of integers, got dtype {}",
+            dtype.str()?
+        )));
+    }
+    if !dtype.getattr("isnative")?.extract::<bool>()? {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be in the machine's byte order, got dtype {}",
+            dtype.str()?
+        )));
+    }
+    if array.ndim() != 1 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be a 1-d array, got {} dimensions",
+            array.ndim()
+        )));
+    }
+    if array.len() as u64 != num_samples {
+        return Err(PyValueError::new_err(format!(
+            "{name} must hold one value per sample ({num_samples}), got {}",
+            array.len()
+        )));
+    }
+    let _ = py;
+    Ok(array.unbind())
+}
+
+/// A numpy integer array read by id while the GIL is held.
+#[derive(Debug)]
+pub struct NumpyLengths<'py> {
+    array: Bound<'py, PyUntypedArray>,
+}
+
+macro_rules! by_dtype {
+    ($array:expr, $name:expr, |$view:ident| $body:expr) => {{
+        let array = $array;
+        by_dtype!(@try array, $name, $view, $body; i32, i64, u32, u64, i16, u16, i8, u8)
+    }};
+    (@try $array:ident, $name:expr, $view:ident, $body:expr; $($t:ty),*) => {{
+        $(
+            if let Ok(typed) = $array.cast::<PyArray1<$t>>() {
+                let readonly = typed.try_readonly().map_err(|e| {
+                    Error::Value(format!("{} cannot be read: {e}", $name))
+                })?;
+                let $view = readonly.as_array();
+                return $body;
+            }
+        )*
+        Err(Error::Value(format!("{} must be an array of integers", $name)))
+    }};
+}
+
+impl<'py> NumpyLengths<'py> {
+    fn new(array: Bound<'py, PyUntypedArray>) -> PyResult<Self> {
+        Ok(NumpyLengths { array })
+    }
+
+    fn digest(&self, name: &str) -> Result<String> {
+        let n = self.array.len();
+        let mut digest = LengthsDigest::new(n as u64);
+        let mut buffer = Vec::with_capacity(n.min(1 << 16));
+        let mut step = |buffer: &mut Vec<u64>, start: usize| -> Result<()> {
+            let end = (start + (1 << 16)).min(n);
+            let ids: Vec<i64> = (start as i64..end as i64).collect();
+            buffer.clear();
+            self.read(name, &ids, buffer)?;
+            digest.update(buffer);
+            Ok(())
+        };
+        let mut start = 0;
+        while start < n {
+            step(&mut buffer, start)?;
+            start += 1 << 16;
+        }
+        Ok(digest.finish())
+    }
+}
+
+impl SampleLengths for NumpyLengths<'_> {
+    fn num_samples(&self) -> u64 {
+        self.array.len() as u64
+    }
+
+    fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+        out.try_reserve(ids.len())
+            .map_err(|_| Error::Memory("cannot allocate the step's lengths".into()))?;
+        by_dtype!(&self.array, name, |view| {
+            for &id in ids {
+                let value = usize::try_from(id)
+                    .ok()
+                    .and_then(|i| view.get(i))
+                    .ok_or_else(|| {
+                        Error::Index(format!(
+                            "sample id must be in [0, {}), got {id}",
+                            view.len()
+                        ))
+                    })?;
+                let value = i128::from(*value);
+                if value < 0 {
+                    return Err(negative_length(name, id, value));
+                }
+                out.push(value as u64);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The `cost` argument: "tokens" or a pair (a, b) for `a*L + b*L^2`.
+pub fn cost_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Cost>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(tuple) = obj.cast::<PyTuple>() {
+        let number = |x: Bound<'_, PyAny>| -> PyResult<f64> {
+            if x.is_instance_of::<PyFloat>() || x.is_instance_of::<PyInt>() {
+                x.extract()
+            } else {
+                Err(PyTypeError::new_err(format!(
+                    "cost must be \"tokens\" or a pair (a, b) of numbers, got an item of type {}",
+                    x.get_type().name()?
+                )))
+            }
+        };
+        if tuple.len() == 2 {
+            let (a, b) = (number(tuple.get_item(0)?)?, number(tuple.get_item(1)?)?);
+            return Cost::quadratic(a, b).py().map(Some);
+        }
+        return Err(PyValueError::new_err(format!(
+            "cost must be \"tokens\" or a pair (a, b), got a tuple of {} items",
+            tuple.len()
+        )));
+    }
+    if str_arg(obj, "cost").is_ok_and(|s| s == "tokens") {
+        return Ok(Some(Cost::Tokens));
+    }
+    if str_arg(obj, "cost").is_ok() {
+        return Err(PyValueError::new_err(format!(
+            "cost must be \"tokens\" or a pair (a, b), got {}",
+            obj.repr()?
+        )));
+    }
+    Err(PyTypeError::new_err(format!(
+        "cost must be \"tokens\" or a pair (a, b), got {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// The `loss_normalization` argument: "tokens" or "samples".
+pub fn normalization_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Normalization>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    match str_arg(obj, "loss_normalization")?.as_str() {
+        "tokens" => Ok(Some(Normalization::Tokens)),
+        "samples" => Ok(Some(Normalization::Samples)),
+        other => Err(PyValueError::new_err(format!(
+            "loss_normalization must be \"tokens\" or \"samples\", got {other:?}"
+        ))),
+    }
+}
+
+/// The name of a cost, as a state records it: "tokens" or [a, b].
+pub fn cost_value<'py>(py: Python<'py>, cost: Cost) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match cost {
+        Cost::Tokens => "tokens".into_pyobject(py)?.into_any(),
+        Cost::Quadratic { a, b } => PyTuple::new(py, [a, b])?.into_any(),
+    })
+}
+
+/// The micro-batch caps: `micro_batch_size` and `max_tokens`, each None or
+/// an int >= 1, not both None.
+pub fn caps_arg(
+    micro_batch_size: Option<&Bound<'_, PyAny>>,
+    max_tokens: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Caps> {
+    let b = crate::args::opt_int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+    let m = crate::args::opt_int_arg(max_tokens, "max_tokens", 1, MAX_I64)?;
+    Caps::new(b, m).py()
+}
+
+/// `micro_batch_size` for a plan without lengths: an int >= 1 (max_tokens
+/// needs lengths).
+pub fn samples_cap_arg(
+    micro_batch_size: Option<&Bound<'_, PyAny>>,
+    max_tokens: Option<&Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    if max_tokens.is_some_and(|m| !m.is_none()) {
+        return Err(PyValueError::new_err(
+            "max_tokens needs lengths: give the plan lengths= to cap micro-batches by tokens",
+        ));
+    }
+    match micro_batch_size {
+        Some(b) if !b.is_none() => int_arg(b, "micro_batch_size", 1, MAX_I64),
+        _ => Err(PyTypeError::new_err(
+            "micro_batch_size must be an int, got NoneType (a plan without lengths needs it)",
+        )),
+    }
+}
