@@ -136,9 +136,22 @@ class EpochPlan:
         cursor: int = 0,
         chunk_size: int | None = None,
         preload_nchunks: int | None = None,
+        lengths: npt.ArrayLike | None = None,
+        loss_tokens: npt.ArrayLike | None = None,
+        cost: str | tuple[float, float] | None = "tokens",
+        loss_normalization: str | None = None,
     ) -> None: ...
     @property
     def layout(self) -> PlanLayout: ...
+    @property
+    def lengths(self) -> npt.NDArray[np.integer[Any]] | None: ...
+    @property
+    def loss_tokens(self) -> npt.NDArray[np.integer[Any]] | None: ...
+    @property
+    def cost(self) -> str | tuple[float, float] | None: ...
+    @property
+    def loss_normalization(self) -> str: ...
+    def step_tokens(self, step: int) -> int: ...
     @property
     def num_samples(self) -> int: ...
     @property
@@ -167,20 +180,55 @@ class EpochPlan:
     def step_indices(self, step: int, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
     def rank_indices(self, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
     def rank_size(self, rank: int, world_size: int) -> int: ...
-    def num_micro_batches(self, step: int, world_size: int, micro_batch_size: int) -> int: ...
-    def total_micro_batches(self, world_size: int, micro_batch_size: int) -> int: ...
+    def num_micro_batches(
+        self,
+        step: int,
+        world_size: int,
+        micro_batch_size: int | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> int: ...
+    def total_micro_batches(
+        self, world_size: int, micro_batch_size: int | None = None, *, max_tokens: int | None = None
+    ) -> int: ...
     def step_micro_batches(
-        self, step: int, rank: int, world_size: int, micro_batch_size: int
+        self,
+        step: int,
+        rank: int,
+        world_size: int,
+        micro_batch_size: int | None = None,
+        *,
+        max_tokens: int | None = None,
     ) -> list[MicroBatch]: ...
     def split_step(
-        self, step: int, rank: int, world_size: int, micro_batch_size: int, ids: npt.ArrayLike
+        self,
+        step: int,
+        rank: int,
+        world_size: int,
+        micro_batch_size: int | None,
+        ids: npt.ArrayLike,
+        *,
+        max_tokens: int | None = None,
     ) -> list[MicroBatch]: ...
     def rank_step_offset(self, step: int, rank: int, world_size: int) -> int: ...
-    def micro_batches(self, rank: int, world_size: int, micro_batch_size: int) -> MicroBatches: ...
+    def micro_batches(
+        self,
+        rank: int,
+        world_size: int,
+        micro_batch_size: int | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> MicroBatches: ...
     def at_step(self, step: int) -> EpochPlan: ...
     def state_dict(self) -> dict[str, Any]: ...
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> EpochPlan: ...
+    def from_state_dict(
+        cls,
+        state: dict[str, Any],
+        *,
+        lengths: npt.ArrayLike | None = None,
+        loss_tokens: npt.ArrayLike | None = None,
+    ) -> EpochPlan: ...
 
 class MicroBatches:
     def __iter__(self) -> MicroBatches: ...

@@ -8,7 +8,29 @@ from typing import Any
 
 from epochplan._native import EpochPlan, PlanLayout
 
-__all__ = ["PlanSpec"]
+__all__ = ["PlanSpec", "TokenSpec"]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenSpec:
+    """A token plan's arrays and models, as :class:`epochplan.EpochPlan` takes
+    them: ``lengths`` (tokens per sample; a numpy array or ``np.memmap``,
+    borrowed), ``loss_tokens`` (default: the lengths), ``cost`` and
+    ``loss_normalization``. Checked by the plan that first uses it."""
+
+    lengths: Any
+    loss_tokens: Any = None
+    cost: str | tuple[float, float] = "tokens"
+    loss_normalization: str | None = None
+
+    def plan_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`epochplan.EpochPlan` it stands for."""
+        return {
+            "lengths": self.lengths,
+            "loss_tokens": self.loss_tokens,
+            "cost": self.cost,
+            "loss_normalization": self.loss_normalization,
+        }
 
 
 @dataclass(frozen=True)
@@ -62,9 +84,9 @@ class PlanSpec:
             plan.drop_last,
         )
 
-    def plan(self, epoch: int) -> EpochPlan:
+    def plan(self, epoch: int, tokens: TokenSpec | None = None) -> EpochPlan:
         """The plan of ``epoch`` (a ``"uniform"`` plan builds its N ids when
-        first asked for ids)."""
+        first asked for ids), a token plan with ``tokens``."""
         return EpochPlan(
             self.num_samples,
             self.global_batch_size,
@@ -74,6 +96,7 @@ class PlanSpec:
             chunk_size=self.chunk_size,
             preload_nchunks=self.preload_nchunks,
             drop_last=self.drop_last,
+            **(tokens.plan_kwargs() if tokens is not None else {}),
         )
 
     def layout(self) -> PlanLayout:

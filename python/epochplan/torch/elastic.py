@@ -16,7 +16,7 @@ from torch.utils.data import Sampler
 
 from epochplan._args import bool_arg, int_arg, is_bool
 from epochplan._native import MAX_SAMPLES, EpochPlan
-from epochplan._spec import PlanSpec
+from epochplan._spec import PlanSpec, TokenSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
 from epochplan.torch.collate import WeightedCollate, WeightedDataset, WeightedIndices
@@ -126,6 +126,22 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     new epoch starts that epoch at step 0 (the same epoch keeps a loaded
     cursor).
 
+    Token plans: with ``lengths`` (tokens per sample, a numpy array or
+    ``np.memmap``, never copied whole), each step's samples (the same steps)
+    are dealt to ranks balanced by ``cost``, cut into micro-batches of at most
+    ``micro_batch_size`` samples and at most ``max_tokens`` tokens (either may
+    be None, not both), the same number on every rank, and each real sample
+    weighs ``W / T_t`` (``T_t``: the step's ``loss_tokens``, by default its
+    lengths). The loss rule for tokens, per micro-batch::
+
+        loss = (sample_weight * per_sample_summed_token_loss).sum()
+
+    (each sample's per-token losses summed over its loss tokens, not
+    averaged); DDP's mean then makes the step's gradient the mean over all
+    of its loss tokens, as one device computes it with the whole global
+    batch. ``loss_normalization="samples"`` keeps ``W / n_t`` applied to each
+    sample's mean loss. See the token plans guide.
+
     Subclassing: the plan comes from :meth:`_build_plan`, one step's ids
     from :meth:`_step_ids`, and their micro-batches from :meth:`_split_step`
     (``plan.split_step(step, rank, W, micro_batch_size, ids)``); a subclass
@@ -134,7 +150,8 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     Args:
         data_source_or_num_samples: the dataset (anything with ``len()``) or N.
         global_batch_size: samples per optimizer step over all ranks (G).
-        micro_batch_size: the most samples per micro-batch on a rank (b).
+        micro_batch_size: the most samples per micro-batch on a rank (b);
+            may be None with ``lengths`` and ``max_tokens``.
         num_replicas: the world size; default: see :func:`resolve_rank`.
         rank: this process's rank; default: see :func:`resolve_rank`.
         seed: the order's seed, the same on every rank.
@@ -145,6 +162,11 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         preload_nchunks: chunks per shuffle window (``kind="chunked"``; 1 when not
             given).
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
+        lengths: tokens per sample (N integers): a token plan.
+        loss_tokens: tokens per sample that count in the loss (default: lengths).
+        max_tokens: the most tokens per micro-batch (token plans).
+        cost: ``"tokens"`` or ``(a, b)`` for ``a*L + b*L**2``.
+        loss_normalization: ``"tokens"`` (default with lengths) or ``"samples"``.
 
     Examples:
         >>> sampler = ElasticBatchSampler(9, 9, 4, num_replicas=2, rank=1, seed=0)
@@ -171,7 +193,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self,
         data_source_or_num_samples: Sized | int,
         global_batch_size: int,
-        micro_batch_size: int,
+        micro_batch_size: int | None,
         *,
         num_replicas: int | None = None,
         rank: int | None = None,
@@ -181,6 +203,11 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         chunk_size: int | None = None,
         preload_nchunks: int | None = None,
         rank_fn: RankProvider | None = None,
+        lengths: Any = None,
+        loss_tokens: Any = None,
+        max_tokens: int | None = None,
+        cost: str | tuple[float, float] = "tokens",
+        loss_normalization: str | None = None,
     ) -> None:
         # Checked by the plan the first _build_plan makes.
         spec = PlanSpec(
@@ -192,33 +219,71 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             preload_nchunks,
             bool_arg(drop_last, "drop_last"),
         )
-        self._start(spec, micro_batch_size, num_replicas, rank, rank_fn)
+        tokens = None
+        if lengths is not None:
+            tokens = TokenSpec(lengths, loss_tokens, cost, loss_normalization)
+        elif loss_tokens is not None or loss_normalization is not None or cost != "tokens":
+            # The plan names the argument that needs lengths.
+            EpochPlan(
+                spec.num_samples,
+                spec.global_batch_size,
+                loss_tokens=loss_tokens,
+                cost=cost,
+                loss_normalization=loss_normalization,
+            )
+        self._start(
+            spec,
+            micro_batch_size,
+            num_replicas,
+            rank,
+            rank_fn,
+            tokens=tokens,
+            max_tokens=max_tokens,
+        )
 
     def _start(
         self,
         spec: PlanSpec,
-        micro_batch_size: int,
+        micro_batch_size: int | None,
         num_replicas: int | None,
         rank: int | None,
         rank_fn: RankProvider | None,
+        *,
+        tokens: TokenSpec | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         """Sets the sampler up for the plans of ``spec`` (a subclass that
-        brings its own spec calls this instead of ``__init__``)."""
+        brings its own spec calls this instead of ``__init__``), token plans
+        with ``tokens``."""
         self._spec = spec
-        self.micro_batch_size = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_SAMPLES)
+        self._tokens = tokens
+        if tokens is None or micro_batch_size is not None:
+            micro_batch_size = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_SAMPLES)
+        self.micro_batch_size = micro_batch_size
+        self.max_tokens = None if max_tokens is None else int_arg(max_tokens, "max_tokens")
         self.rank, self.num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
         self.epoch = 0
         self._resume: int | None = None
         self._next_step = 0
         self._epoch_set = False  # see keeps_set_epoch
         self._plan = self._build_plan(0)
+        if tokens is not None or max_tokens is not None:
+            # The caps are checked by the plan (and step 0 against them).
+            if self._plan.num_steps:
+                self._plan.num_micro_batches(
+                    0, self.num_replicas, self.micro_batch_size, max_tokens=self.max_tokens
+                )
+            else:
+                self._plan.total_micro_batches(
+                    self.num_replicas, self.micro_batch_size, max_tokens=self.max_tokens
+                )
 
     # -- the hooks a subclass may override -------------------------------------
 
     def _build_plan(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch`` (cursor 0); called at construction, by
         :meth:`set_epoch` and by :meth:`load_state_dict`."""
-        return self._spec.plan(epoch)
+        return self._spec.plan(epoch, self._tokens)
 
     def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
         """This rank's real sample ids of ``step``, in dealing order (what
@@ -234,7 +299,9 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         """``ids`` (this rank's real samples of ``step``) cut into the step's
         micro-batches with their weights and fillers."""
         w, b = self.num_replicas, self.micro_batch_size
-        return self._plan.split_step(step, self.rank, w, b, ids)
+        if self.max_tokens is None:
+            return self._plan.split_step(step, self.rank, w, b, ids)
+        return self._plan.split_step(step, self.rank, w, b, ids, max_tokens=self.max_tokens)
 
     # --------------------------------------------------------------------------
 
@@ -274,10 +341,15 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     def __len__(self) -> int:
         """Micro-batches the next iteration yields (the same on every rank)."""
         plan = self._plan
-        total = plan.total_micro_batches(self.num_replicas, self.micro_batch_size)
         first = self._resume or 0
         if first >= plan.num_steps:
             return 0
+        if self._tokens is not None:
+            # Counts differ by step: counted from the lengths of every step left.
+            return plan.at_step(first).total_micro_batches(
+                self.num_replicas, self.micro_batch_size, max_tokens=self.max_tokens
+            )
+        total = plan.total_micro_batches(self.num_replicas, self.micro_batch_size)
         if first == 0:
             return total
         # Steps before `first` are full steps: all have the same count.
@@ -313,7 +385,12 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         preload_nchunks and drop_last must match this sampler's; the seed and
         epoch are taken from the state."""
         try:
-            saved = EpochPlan.from_state_dict(state_dict)
+            tokens = self._tokens
+            saved = EpochPlan.from_state_dict(
+                state_dict,
+                lengths=None if tokens is None else tokens.lengths,
+                loss_tokens=None if tokens is None else tokens.loss_tokens,
+            )
         except (TypeError, ValueError, OverflowError) as e:
             raise type(e)(f"state_dict: {e}") from None
         mine = self._plan
@@ -369,7 +446,15 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             f"global_batch_size={self.global_batch_size}, "
             f"micro_batch_size={self.micro_batch_size}, num_replicas={self.num_replicas}, "
             f"rank={self.rank}, seed={self.seed}, kind={self.kind!r}{extra}, "
-            f"drop_last={self.drop_last}, epoch={self.epoch})"
+            f"drop_last={self.drop_last}, epoch={self.epoch}{self._token_repr()})"
+        )
+
+    def _token_repr(self) -> str:
+        if self._tokens is None:
+            return ""
+        return (
+            f", lengths=<{self.num_samples} values>, max_tokens={self.max_tokens}, "
+            f"cost={self._tokens.cost!r}, loss_normalization={self._plan.loss_normalization!r}"
         )
 
 

@@ -80,6 +80,8 @@ class PlanSampler(ElasticBatchSampler):
         # A uniform order is N ids on every rank: it is not built for a
         # weight-0 filler; the id at the layout's filler position stands in.
         w, b = self.num_replicas, self.micro_batch_size
+        if b is None:  # plan files hold no lengths: _start required it
+            raise ValueError("micro_batch_size must be an int, got None")
         return self._plan.layout.split_step(step, self.rank, w, b, ids)
 
     def _open_file(self, epoch: int) -> None:
