@@ -111,6 +111,9 @@ fn array_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> PyResult<P
     Ok(array.unbind())
 }
 
+/// Values a digest reads at a time (a few KiB of buffers, whatever N).
+const DIGEST_CHUNK: usize = 4096;
+
 /// A numpy integer array read by id while the GIL is held.
 #[derive(Debug)]
 pub struct NumpyLengths<'py> {
@@ -144,9 +147,9 @@ impl<'py> NumpyLengths<'py> {
     fn digest(&self, name: &str) -> Result<String> {
         let n = self.array.len();
         let mut digest = LengthsDigest::new(n as u64);
-        let mut buffer = Vec::with_capacity(n.min(1 << 16));
+        let mut buffer = Vec::with_capacity(n.min(DIGEST_CHUNK));
         let mut step = |buffer: &mut Vec<u64>, start: usize| -> Result<()> {
-            let end = (start + (1 << 16)).min(n);
+            let end = (start + DIGEST_CHUNK).min(n);
             let ids: Vec<i64> = (start as i64..end as i64).collect();
             buffer.clear();
             self.read(name, &ids, buffer)?;
@@ -156,7 +159,7 @@ impl<'py> NumpyLengths<'py> {
         let mut start = 0;
         while start < n {
             step(&mut buffer, start)?;
-            start += 1 << 16;
+            start += DIGEST_CHUNK;
         }
         Ok(digest.finish())
     }
