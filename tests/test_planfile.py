@@ -693,10 +693,11 @@ def test_reordered_ids_are_caught(plan_dir: Path) -> None:
 
 
 def test_duplicate_id_is_caught_by_the_bitmap_when_the_order_is_not_built(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # kind="uniform" without a dropped step: the permutation is not rebuilt,
-    # the ids are checked for coverage only.
+    # kind="uniform" without a dropped step, and no room for its permutation:
+    # it is not rebuilt, the ids are checked for coverage only.
+    monkeypatch.setattr(verify, "uniform_fits", lambda spec: False)
     d = write_plan(tmp_path / "u", 20_000, 1000, 2, kind="uniform").path
     other = np.load(rank_file(d, 0, 0))
 
@@ -706,6 +707,29 @@ def test_duplicate_id_is_caught_by_the_bitmap_when_the_order_is_not_built(
     _rewrite_ids(d, 0, 1, dup)
     with pytest.raises(PlanError, match=rf"rank-0000[01]\.npy: id {other[5]} .*second time"):
         verify_plan(d)
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_uniform_plans_are_compared_where_memory_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: bool
+) -> None:
+    # Two ids swapped inside a rank file (checksums sealed again) keep the
+    # coverage: only a comparison with the recomputed permutation sees them.
+    # It is built when it fits in memory; otherwise the ids are counted, and
+    # verify_plan says so.
+    monkeypatch.setattr(verify, "uniform_fits", lambda spec: room)
+    d = write_plan(tmp_path / "u", 20_000, 1000, 2, kind="uniform").path
+    assert verify_plan(d) is room
+
+    def swap(ids: np.ndarray) -> None:
+        ids[[10, 20]] = ids[[20, 10]]
+
+    _rewrite_ids(d, 0, 1, swap)
+    if room:
+        with pytest.raises(PlanError, match=r"rank-00001\.npy"):
+            verify_plan(d)
+    else:
+        assert verify_plan(d) is False
 
 
 def test_out_of_range_and_altered_ids(plan_dir: Path) -> None:

@@ -258,7 +258,8 @@ def verify_epoch_files(
     plan: dict[str, Any],
     *,
     progress: Callable[[int], object] | None = None,
-) -> None: ...
+    compare_ids: bool = False,
+) -> bool: ...
 def check_plan_file(
     path: str,
     count: int,

@@ -41,12 +41,14 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with progress_bar("verifying", "B", show_progress(args)) as bar:
-        verify_plan(args.dir, progress=bar)
+        compared = verify_plan(args.dir, progress=bar)
     d = open_plan(args.dir)
     if not args.quiet:
+        ids = "every id compared" if compared else "ids counted, not compared: the uniform "
+        ids += "" if compared else "permutation does not fit in memory"
         print(
             f"{args.dir}: ok ({len(d.manifest['files'])} files, "
             f"{size_label(int(d.manifest['total_bytes']))}, N={d.num_samples:,}, "
-            f"W={d.world_size}, epochs={d.epochs}) in {time.perf_counter() - t0:.1f} s"
+            f"W={d.world_size}, epochs={d.epochs}; {ids}) in {time.perf_counter() - t0:.1f} s"
         )
     return 0

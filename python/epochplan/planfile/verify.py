@@ -13,7 +13,14 @@ from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import PlanSpec
 from epochplan.planfile.reader import open_plan
 
-__all__ = ["check_verify_memory", "verify_plan"]
+__all__ = ["check_verify_memory", "uniform_fits", "verify_plan"]
+
+
+def uniform_fits(spec: PlanSpec) -> bool:
+    """Whether a uniform plan's permutation (about 16 bytes a sample while it
+    is built) fits beside verification's bitmap in the memory available now."""
+    avail = available_memory()
+    return avail is None or 16 * spec.num_samples + spec.num_samples // 8 <= avail
 
 
 def check_verify_memory(path: Path, spec: PlanSpec) -> None:
@@ -30,7 +37,7 @@ def check_verify_memory(path: Path, spec: PlanSpec) -> None:
         )
 
 
-def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
+def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = None) -> bool:
     """Checks a plan directory completely, streaming through its files:
     the manifest, every file's header, size and checksum, every file's length
     (the plan's share of its rank, so every rank has the same steps), every
@@ -39,12 +46,18 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     epoch's steps: all N, or with drop_last those of the full steps).
 
     Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers. For
-    kind='uniform' the permutation itself is built only when drop_last drops
-    a short last step (about 16 bytes per sample, as when it was written);
-    otherwise its ids are not compared with the plan, only counted.
+    kind='uniform' the permutation itself is built (about 16 bytes per
+    sample, as when it was written) when it fits in the memory available, or
+    when drop_last drops a short last step; otherwise the ids are counted
+    (each once, all present), not compared with the plan.
 
     Args:
+        path: the plan directory.
         progress: called as ``progress(bytes_read, bytes_total)``.
+
+    Returns:
+        True when every id was compared with the recomputed plan; False when
+        a uniform plan's ids could only be counted.
 
     Raises:
         PlanError: naming the file and its first violation.
@@ -54,6 +67,8 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     check_verify_memory(d.path, d.spec)
     files = d.parsed.files
     total = sum(f.bytes for f in files)
+    compare = d.kind != "uniform" or uniform_fits(d.spec)
+    compared = True
     base = 0
     for i, epoch in enumerate(d.epochs):
         entries = d.parsed.epoch_files(i)
@@ -64,7 +79,7 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
             def report(done: int, base: int = base, cb: Progress = cb) -> None:
                 cb(base + done, total)
 
-        _native.verify_epoch_files(
+        compared &= _native.verify_epoch_files(
             [str(d.path / f.path) for f in entries],
             [f.count for f in entries],
             [f.bytes for f in entries],
@@ -72,5 +87,7 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
             d.world_size,
             {**d.spec.as_dict(), "epoch": epoch},
             progress=report,
+            compare_ids=compare,
         )
         base += sum(f.bytes for f in entries)
+    return compared

@@ -184,9 +184,11 @@ fn expected_files(
 
 /// Verifies all rank files of one epoch (see `planfile::verify_rank_files`);
 /// raises PlanError("<path>: <violation>") on the first violation, or the
-/// PlanError that is an OSError for a file that cannot be read.
+/// PlanError that is an OSError for a file that cannot be read. Returns
+/// whether every id was compared with the recomputed order (a uniform order
+/// is built only with `compare_ids` or for a dropped step).
 #[pyfunction]
-#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None))]
+#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false))]
 #[allow(clippy::too_many_arguments)]
 fn verify_epoch_files(
     py: Python<'_>,
@@ -197,22 +199,27 @@ fn verify_epoch_files(
     world_size: &Bound<'_, PyAny>,
     plan: PlanArgs<'_>,
     progress: Option<Py<PyAny>>,
-) -> PyResult<()> {
+    compare_ids: bool,
+) -> PyResult<bool> {
     let w = world_arg(world_size)?;
     let files = expected_files(paths, counts, sizes, checksums, w)?;
     let spec = PlanSpec::parse(&plan)?;
-    // A uniform table is built only when the ids left out by a short last
-    // step must be known: the layout alone checks sizes and coverage.
+    // A uniform table is built when the caller has room for it
+    // (`compare_ids`) or when the ids left out by a short last step must be
+    // known; without it the layout alone checks sizes and coverage, and the
+    // ids are counted, not compared.
     let layout = spec.layout;
     let leaves_out = layout.cursor_at_step(layout.num_steps()) != layout.num_samples();
-    let order = if spec.kind != Kind::Uniform || leaves_out {
+    let order = if spec.kind != Kind::Uniform || leaves_out || compare_ids {
         Some(spec.order(py)?)
     } else {
         None
     };
+    let compared = order.is_some();
     run_detached(py, progress, |report| {
         planfile::verify_rank_files(&layout, order.as_ref(), w, &files, report)
-    })
+    })?;
+    Ok(compared)
 }
 
 /// Checks one plan file's size, header and checksum; raises
