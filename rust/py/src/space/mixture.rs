@@ -1,0 +1,511 @@
+//! `Mixture` and its `MixtureEpoch`: exact per-epoch quotas of several
+//! sources in a stratified order.
+
+use super::{getitem, shaped, take, to_array, Selection};
+use crate::args::{int_arg, int_value, positions_arg, Keyword, MAX_I64, MAX_U64};
+use crate::errors::IntoPyResult;
+use epochplan_core::space::{
+    Mixture as CoreMixture, MixtureEpoch as CoreEpoch, QuotaRule, Selection as CoreSelection,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+
+/// The sources, checked: sizes or selections (of one store).
+enum Sources {
+    Sizes(Vec<u64>),
+    Selections(Vec<CoreSelection>),
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
+fn sources_arg(sources: &Bound<'_, PyAny>) -> PyResult<(Sources, Vec<Py<PyAny>>)> {
+    let items = sources.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "sources must be a list of ints (dataset sizes) or of Selections, got {}",
+            type_name(sources)
+        ))
+    })?;
+    let (mut sizes, mut sels, mut given) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        if let Ok(sel) = item.cast::<Selection>() {
+            sels.push((i, sel.get().sel.clone()));
+        } else {
+            let name = format!("sources[{i}]");
+            match int_value(&item, &name) {
+                Ok(Ok(v)) if (0..=i128::from(MAX_I64)).contains(&v) => sizes.push((i, v as u64)),
+                Ok(got) => {
+                    let got = got.map_or_else(|huge| huge, |v| v.to_string());
+                    return Err(PyValueError::new_err(format!(
+                        "{name} must be a dataset size in [0, 2**63 - 1], got {got}"
+                    )));
+                }
+                Err(e) if e.is_instance_of::<PyTypeError>(item.py()) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "{name} must be an int (a dataset's size) or a Selection, got {}",
+                        type_name(&item)
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let (Some(&(a, _)), Some((b, _))) = (sizes.first(), sels.first()) {
+            return Err(PyTypeError::new_err(format!(
+                "sources must be all ints (dataset sizes) or all Selections, \
+                 got an int at sources[{a}] and a Selection at sources[{b}]"
+            )));
+        }
+        given.push(item.unbind());
+    }
+    if given.is_empty() {
+        return Err(PyValueError::new_err(
+            "sources must hold at least one source",
+        ));
+    }
+    if sels.is_empty() {
+        return Ok((
+            Sources::Sizes(sizes.into_iter().map(|(_, s)| s).collect()),
+            given,
+        ));
+    }
+    let store = sels[0].1.num_samples();
+    if let Some((i, sel)) = sels.iter().find(|(_, s)| s.num_samples() != store) {
+        return Err(PyValueError::new_err(format!(
+            "sources must be Selections of one store: sources[{}] has num_samples {store}, \
+             sources[{i}] has {}",
+            sels[0].0,
+            sel.num_samples()
+        )));
+    }
+    Ok((
+        Sources::Selections(sels.into_iter().map(|(_, s)| s).collect()),
+        given,
+    ))
+}
+
+/// A list of numbers (`repeat`, `weights`), each named `name[i]`.
+fn floats_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<f64>> {
+    let items = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be a list of numbers, got {}",
+            type_name(obj)
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        let bad = || {
+            PyTypeError::new_err(format!(
+                "{name}[{i}] must be a number, got {}",
+                type_name(&item)
+            ))
+        };
+        let is_flag = item.is_instance_of::<PyBool>()
+            || item
+                .getattr("dtype")
+                .and_then(|d| d.getattr("kind"))
+                .and_then(|k| k.extract::<String>())
+                .is_ok_and(|k| k == "b");
+        if is_flag || item.is_instance_of::<pyo3::types::PyString>() {
+            return Err(bad());
+        }
+        out.push(item.extract::<f64>().map_err(|_| bad())?);
+    }
+    Ok(out)
+}
+
+/// A list of ints in `[0, hi]` (`quotas`, `consumed`), each named `name[i]`.
+fn ints_arg(obj: &Bound<'_, PyAny>, name: &str, hi: u64) -> PyResult<Vec<u64>> {
+    let items = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be a list of ints, got {}",
+            type_name(obj)
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        out.push(int_arg(&item?, &format!("{name}[{i}]"), 0, hi)?);
+    }
+    Ok(out)
+}
+
+/// Several sources mixed with exact per-epoch quotas, stratified over each
+/// epoch (see the index-spaces concept page for the guarantees and their
+/// proofs).
+///
+/// Each epoch, source ``k`` contributes exactly ``q_k`` samples, the next
+/// ``q_k`` of its own sequence of passes (pass ``p`` is a keyed permutation
+/// of the source): over the run, after ``c`` samples of a source of ``n_k``,
+/// every one of its samples was shown ``floor(c / n_k)`` or
+/// ``ceil(c / n_k)`` times, so a down-sampled source shows every sample once
+/// before any repeat. Within one epoch that starts at a pass boundary (the
+/// first, or every epoch when ``q_k`` is a multiple of ``n_k``) each sample
+/// is shown ``floor(q_k / n_k)`` or ``ceil(q_k / n_k)`` times; an epoch that
+/// starts inside a pass may show one sample once more or once less.
+/// For every prefix of ``P`` positions of an epoch of ``S`` and every
+/// source, the count of that source's positions differs from
+/// ``P * q_k / S`` by at most ``d_k / 2 <= ceil(log2 K) / 2`` (``d_k`` the
+/// source's depth in a balanced tree over the ``K`` sources: 1/2 for two
+/// sources).
+///
+/// Args:
+///     sources: all ints (dataset sizes; ids offset as
+///         ``torch.utils.data.ConcatDataset`` numbers them) or all
+///         Selections of one store (ids as they are).
+///     weights: per-source weights (finite, >= 0): the epoch's
+///         ``num_samples`` positions are shared by largest remainder.
+///     repeat: per-source factors (finite, >= 0): ``q_k = round(n_k *
+///         repeat_k)``, half to even.
+///     quotas: per-source sample counts.
+///     num_samples: the epoch's length with ``weights`` (default: the
+///         sources' total size).
+///     seed: the seed of the sources' passes (int in [0, 2**64 - 1]).
+///
+/// At most one of ``weights``, ``repeat`` and ``quotas``; none means every
+/// source once an epoch.
+///
+/// Raises:
+///     TypeError: sources of both kinds, or an item of the wrong type.
+///     ValueError: no sources, selections of different stores, negative or
+///         NaN weights or repeats, two of weights/repeat/quotas, quotas of
+///         the wrong length, a positive quota for an empty source,
+///         num_samples without weights: each naming its argument.
+///     OverflowError: quotas summing beyond 2**63 - 1.
+///
+/// Examples:
+///     >>> mix = Mixture([4, 4], weights=[1, 1], seed=1)
+///     >>> mix.quotas, len(mix)
+///     ([4, 4], 8)
+///     >>> e = mix.epoch(0)
+///     >>> sorted(e[:].tolist())
+///     [0, 1, 2, 3, 4, 5, 6, 7]
+///     >>> e.sources(range(8)).tolist()
+///     [0, 1, 0, 1, 0, 1, 0, 1]
+///     >>> e.consumed_after
+///     [4, 4]
+#[pyclass(module = "epochplan._native", frozen)]
+#[derive(Debug)]
+pub struct Mixture {
+    mixture: CoreMixture,
+    quotas: Vec<u64>,
+    /// The sources as given (ints or Selections).
+    sources: Vec<Py<PyAny>>,
+}
+
+impl Mixture {
+    /// The core mixture and its quotas (for the plans that will take one).
+    #[allow(dead_code)]
+    pub fn core(&self) -> (&CoreMixture, &[u64]) {
+        (&self.mixture, &self.quotas)
+    }
+}
+
+#[pymethods]
+impl Mixture {
+    #[new]
+    #[pyo3(
+        signature = (sources, *, weights = None, repeat = None, quotas = None,
+                     num_samples = None, seed = Keyword::Omitted),
+        text_signature = "(sources, *, weights=None, repeat=None, quotas=None, num_samples=None, seed=0)"
+    )]
+    fn new(
+        sources: &Bound<'_, PyAny>,
+        weights: Option<&Bound<'_, PyAny>>,
+        repeat: Option<&Bound<'_, PyAny>>,
+        quotas: Option<&Bound<'_, PyAny>>,
+        num_samples: Option<&Bound<'_, PyAny>>,
+        seed: Keyword<'_>,
+    ) -> PyResult<Self> {
+        let seed = match seed.given() {
+            Some(s) => int_arg(s, "seed", 0, MAX_U64)?,
+            None => 0,
+        };
+        let (checked, given) = sources_arg(sources)?;
+        let rules: Vec<&str> = [("weights", weights), ("repeat", repeat), ("quotas", quotas)]
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(name, _)| *name)
+            .collect();
+        if rules.len() > 1 {
+            return Err(PyValueError::new_err(format!(
+                "give at most one of weights, repeat and quotas, got {}",
+                rules.join(" and ")
+            )));
+        }
+        if num_samples.is_some() && weights.is_none() {
+            return Err(PyValueError::new_err(
+                "num_samples is taken with weights only (quotas and repeat fix the epoch's \
+                 length), got num_samples without weights",
+            ));
+        }
+        let mixture = match checked {
+            Sources::Sizes(sizes) => CoreMixture::from_sizes(&sizes, seed),
+            Sources::Selections(sels) => CoreMixture::from_selections(sels, seed),
+        }
+        .py()?;
+        let rule = if let Some(w) = weights {
+            QuotaRule::Weights {
+                weights: floats_arg(w, "weights")?,
+                num_samples: match num_samples {
+                    Some(n) => Some(int_arg(n, "num_samples", 0, MAX_I64)?),
+                    None => None,
+                },
+            }
+        } else if let Some(r) = repeat {
+            QuotaRule::Repeat(floats_arg(r, "repeat")?)
+        } else if let Some(q) = quotas {
+            QuotaRule::Quotas(ints_arg(q, "quotas", MAX_I64)?)
+        } else {
+            QuotaRule::Once
+        };
+        let quotas = mixture.quotas(&rule).py()?;
+        // The quotas' checks against the sources (a positive quota for an
+        // empty source, the epoch's length), made now rather than at the
+        // first epoch.
+        mixture.epoch(&quotas, &vec![0; quotas.len()]).py()?;
+        Ok(Self {
+            mixture,
+            quotas,
+            sources: given,
+        })
+    }
+
+    /// Each source's samples an epoch (``q_k``).
+    #[getter]
+    fn quotas(&self) -> Vec<u64> {
+        self.quotas.clone()
+    }
+
+    /// Each source's size (``n_k``).
+    #[getter]
+    fn sizes(&self) -> Vec<u64> {
+        self.mixture.sizes()
+    }
+
+    /// The sources as given: ints or Selections.
+    #[getter]
+    fn sources<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.sources.iter().map(|s| s.bind(py)))
+    }
+
+    /// The seed of the sources' passes.
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.mixture.seed()
+    }
+
+    /// The epoch's length ``S``, the sum of the quotas.
+    fn __len__(&self) -> usize {
+        self.quotas.iter().sum::<u64>() as usize
+    }
+
+    /// One epoch of the mixture: ``S`` positions, source ``k`` at
+    /// ``quotas[k]`` of them, stratified.
+    ///
+    /// Args:
+    ///     epoch: the epoch's number (int in [0, 2**64 - 1]).
+    ///     consumed: each source's samples taken by the epochs before (the
+    ///         previous epoch's ``consumed_after``); default
+    ///         ``epoch * quotas[k]``, right when the quotas never changed.
+    ///         Give it to continue a run whose quotas changed (a new Mixture
+    ///         of the same sources and seed).
+    ///
+    /// Raises:
+    ///     TypeError, ValueError: a bad epoch or consumed, naming it.
+    ///     OverflowError: a count beyond 2**64 - 1.
+    ///
+    /// Examples:
+    ///     >>> mix = Mixture([4, 2], quotas=[2, 2])
+    ///     >>> e0 = mix.epoch(0)
+    ///     >>> e1 = mix.epoch(1, consumed=e0.consumed_after)
+    ///     >>> sorted(e0[:].tolist() + e1[:].tolist())[:4]
+    ///     [0, 1, 2, 3]
+    #[pyo3(signature = (epoch = Keyword::Omitted, consumed = None))]
+    fn epoch(
+        slf: &Bound<'_, Self>,
+        epoch: Keyword<'_>,
+        consumed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<MixtureEpoch> {
+        let this = slf.get();
+        let number = match epoch.given() {
+            Some(e) => int_arg(e, "epoch", 0, MAX_U64)?,
+            None => 0,
+        };
+        let consumed = match consumed {
+            Some(c) => ints_arg(c, "consumed", MAX_U64)?,
+            None => this
+                .quotas
+                .iter()
+                .enumerate()
+                .map(|(k, &q)| {
+                    q.checked_mul(number).ok_or_else(|| {
+                        pyo3::exceptions::PyOverflowError::new_err(format!(
+                            "epoch * quotas[{k}] must be below 2**64, got {number} * {q}: \
+                             give consumed"
+                        ))
+                    })
+                })
+                .collect::<PyResult<Vec<u64>>>()?,
+        };
+        let inner = this.mixture.epoch(&this.quotas, &consumed).py()?;
+        Ok(MixtureEpoch {
+            inner,
+            number,
+            mixture: slf.clone().unbind(),
+        })
+    }
+
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("quotas", self.quotas.clone())?;
+        kwargs.set_item("seed", self.mixture.seed())?;
+        let sources = PyList::new(py, self.sources.iter().map(|s| s.bind(py)))?;
+        Ok((PyTuple::new(py, [sources])?, kwargs))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Mixture(sizes={:?}, quotas={:?}, seed={})",
+            self.mixture.sizes(),
+            self.quotas,
+            self.mixture.seed()
+        )
+    }
+}
+
+/// One epoch of a :class:`Mixture`: its ``S`` positions, each an id of some
+/// source, indexed like an array (``e[j]``, ``e[a:b:c]``, ``e.take(...)``,
+/// ``np.asarray(e)``). ``e.sources(positions)`` gives each position's
+/// source, for per-source loss logging; ``e.consumed_after`` is what the
+/// next epoch continues from.
+///
+/// Examples:
+///     >>> e = Mixture([2, 2], repeat=[1.0, 0.5]).epoch(0)
+///     >>> len(e), e.quotas, e.consumed, e.consumed_after
+///     (3, [2, 1], [0, 0], [2, 1])
+#[pyclass(module = "epochplan._native", frozen)]
+#[derive(Debug)]
+pub struct MixtureEpoch {
+    inner: CoreEpoch,
+    number: u64,
+    mixture: Py<Mixture>,
+}
+
+impl MixtureEpoch {
+    /// The core epoch (for the plans that will take one).
+    #[allow(dead_code)]
+    pub fn core(&self) -> &CoreEpoch {
+        &self.inner
+    }
+}
+
+#[pymethods]
+impl MixtureEpoch {
+    /// The epoch's number.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.number
+    }
+
+    /// The mixture it is an epoch of.
+    #[getter]
+    fn mixture(&self, py: Python<'_>) -> Py<Mixture> {
+        self.mixture.clone_ref(py)
+    }
+
+    /// Each source's positions in the epoch.
+    #[getter]
+    fn quotas(&self) -> Vec<u64> {
+        let il = self.inner.interleave();
+        (0..il.num_sources()).map(|k| il.quota(k)).collect()
+    }
+
+    /// Each source's samples taken before this epoch.
+    #[getter]
+    fn consumed(&self) -> Vec<u64> {
+        self.inner.consumed().to_vec()
+    }
+
+    /// Each source's samples taken after this epoch: the next epoch's
+    /// ``consumed``.
+    #[getter]
+    fn consumed_after(&self) -> Vec<u64> {
+        self.inner.consumed_after()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        getitem(py, &self.inner, key, "MixtureEpoch")
+    }
+
+    /// The ids at an array of positions, as :meth:`Selection.take`.
+    ///
+    /// Args:
+    ///     positions: integer positions in ``[-len(e), len(e))``.
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        positions: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        take(py, &self.inner, positions)
+    }
+
+    /// The source (its index in ``sources``) of each position, as an int64
+    /// array of the positions' shape (negative positions count from the end).
+    ///
+    /// Args:
+    ///     positions: integer positions in ``[-len(e), len(e))``.
+    fn sources<'py>(
+        &self,
+        py: Python<'py>,
+        positions: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (values, shape) = positions_arg(positions, "positions", self.inner.len())?;
+        let mut out = vec![0; values.len()];
+        py.detach(|| self.inner.fill_sources(&values, &mut out))
+            .py()?;
+        shaped(py, out, shape)
+    }
+
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        to_array(py, &self.inner, "MixtureEpoch", dtype, copy)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let method = self.mixture.bind(py).getattr("epoch")?;
+        let args = (self.number, self.inner.consumed().to_vec()).into_pyobject(py)?;
+        PyTuple::new(py, [method, args.into_any()])
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "MixtureEpoch(epoch={}, len={}, quotas={:?}, consumed={:?})",
+            self.number,
+            self.inner.len(),
+            self.quotas(),
+            self.inner.consumed()
+        )
+    }
+}
