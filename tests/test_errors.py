@@ -933,3 +933,31 @@ def test_fuzz_index_spaces() -> None:
 
     fuzz()
     assert all(returned[t] for t in targets), returned
+
+
+def test_torch_tensors_numpy_cannot_read_are_type_errors_naming_the_argument() -> None:
+    # A float tensor that requires grad, a nested tensor and a 0-d meta tensor
+    # leaked torch's RuntimeError; integer CPU tensors work where arrays do.
+    torch = pytest.importorskip("torch")
+    p = ep.Permutation(10)
+    plan = ep.EpochPlan(10, 5)
+    unreadable = {
+        "requires grad": torch.ones(3, requires_grad=True),
+        "nested": torch.nested.nested_tensor([torch.arange(2), torch.arange(3)]),
+        "meta": torch.tensor(3, device="meta"),
+    }
+    calls: dict[str, tuple[str, Callable[[Any], object]]] = {
+        "take": ("positions", lambda t: p.take(t)),
+        "getitem": ("", lambda t: p[t]),
+        "split": ("num_samples_or_array", lambda t: ep.split(t, 2, 0)),
+        "Permutation": ("num_samples", lambda t: ep.Permutation(t)),
+        "split_step": ("ids", lambda t: plan.split_step(0, 0, 1, 5, t)),
+        "get_shuffle": ("shard_sizes", lambda t: streaming.get_shuffle("py1s", t, 1, 0, 0, 100)),
+    }
+    for tensor in unreadable.values():
+        for name, call in calls.values():
+            with pytest.raises(TypeError, match=name):
+                call(tensor)
+    assert p.take(torch.tensor([1, 2])).tolist() == p.take([1, 2]).tolist()
+    assert p[torch.tensor(3)] == p[3]
+    assert ep.split(torch.tensor([5, 6, 7]), 2, 1).tolist() == [6]

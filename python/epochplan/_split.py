@@ -42,8 +42,11 @@ def split(
         array = np.asarray(x)
     except MemoryError:
         raise OverflowError("num_samples_or_array is too large to hold as an array") from None
-    except (ValueError, TypeError) as e:
-        raise type(e)(f"num_samples_or_array must be an int or an array: {e}") from None
+    except (ValueError, TypeError, RuntimeError) as e:
+        # RuntimeError: torch's, for a tensor numpy cannot read (one that
+        # requires grad, a nested or a meta tensor): a TypeError here.
+        kind = TypeError if isinstance(e, RuntimeError) else type(e)
+        raise kind(f"num_samples_or_array must be an int or an array: {e}") from None
     if array.ndim == 0:
         raise TypeError(f"num_samples_or_array must be an int or an array, got {type(x).__name__}")
     start, stop, step = _native.split_range(len(array), world_size, rank, mode)

@@ -5,7 +5,7 @@
 use crate::errors::IntoPyResult;
 use epochplan_core::buffer::copy_of;
 use numpy::{PyArrayDyn, PyArrayMethods};
-use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
 
@@ -46,7 +46,11 @@ pub fn int_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<i128, St
     }
     let value = match index(obj) {
         Ok(value) => value,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => return Err(not_an_int()?),
+        // A tensor's own conversion fails with RuntimeError (a meta tensor
+        // has no value): no int either.
+        Err(e) if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyRuntimeError>(py) => {
+            return Err(not_an_int()?)
+        }
         Err(e) => return Err(e),
     };
     match value.extract::<i128>() {
@@ -94,7 +98,9 @@ pub fn asarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, 
         let message = format!("{name} must be an array of integers: {}", e.value(py));
         if e.is_instance_of::<PyValueError>(py) {
             PyValueError::new_err(message)
-        } else if e.is_instance_of::<PyTypeError>(py) {
+        } else if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyRuntimeError>(py) {
+            // RuntimeError: torch's, for tensors numpy cannot read (one that
+            // requires grad, a nested or a meta tensor).
             PyTypeError::new_err(message)
         } else if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) {
             PyOverflowError::new_err(format!("{name} is too large to hold as an array"))
