@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1019,6 +1020,7 @@ def test_plan_sampler_on_a_file_cut_short_raises(tmp_path: Path, keep: int) -> N
     d = write_plan(tmp_path / "p", 20_000, 100, 1)
     code = f"""
 import os
+import re
 from epochplan.planfile import PlanError
 from epochplan.torch import PlanSampler
 s = PlanSampler({str(d.path)!r}, micro_batch_size=10, num_replicas=1, rank=0)
@@ -1305,3 +1307,32 @@ def test_plan_paths_are_absolute_and_resolved_like_the_system(
     monkeypatch.chdir(tmp_path / "deep")
     assert len(d.rank_ids(1, 0)) == 50
     verify_plan(d.path)
+
+
+def test_running_out_of_file_descriptors_names_the_file(tmp_path: Path) -> None:
+    # Each memory map keeps a descriptor: at the open-file limit, rank_ids
+    # raises a PlanError naming the file it could not open or map (it said
+    # only "[Errno 24] Too many open files").
+    write_plan(tmp_path / "p", 2000, 100, 64)
+    script = f"""
+import os, resource
+from epochplan.planfile import PlanError, open_plan
+d = open_plan({str(tmp_path / "p")!r})
+open_now = len(os.listdir("/proc/self/fd"))
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 20, hard))
+maps = []
+try:
+    for rank in range(64):
+        maps.append(d.rank_ids(0, rank))
+    print("no error")
+except PlanError as e:
+    print(e)
+"""
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert re.search(r"epoch-0000/rank-000\d\d\.npy: .*[Tt]oo many open files", res.stdout), (
+        res.stdout
+    )
