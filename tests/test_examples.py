@@ -136,7 +136,7 @@ def test_offline_plan_script_writes_verifies_and_trains_exactly(tmp_path: Path) 
     code, out = run(["bash", str(EXAMPLES / "offline_plan.sh")], tmp_path, env)
     assert code == 0, out
     assert "./manifest.json" in out and "./epoch-0001/rank-00002.npy" in out
-    assert re.search(r": ok \(6 files, .*N=3,001, W=3, epochs=\[0, 1\]\)", out)
+    assert re.search(r": ok \(6 files, .*N=3,001, W=3, epochs=\[0, 1\]; every id compared\)", out)
     epochs = re.findall(
         r"epoch (\d): 3 ranks, (\d+) steps, (\d+) of 3001 samples, each once: (\w+), "
         r"mean step loss ([\d.]+)",

@@ -1309,10 +1309,10 @@ def test_plan_paths_are_absolute_and_resolved_like_the_system(
     verify_plan(d.path)
 
 
-def test_running_out_of_file_descriptors_names_the_file(tmp_path: Path) -> None:
-    # Each memory map keeps a descriptor: at the open-file limit, rank_ids
-    # raises a PlanError naming the file it could not open or map (it said
-    # only "[Errno 24] Too many open files").
+def test_mapped_rank_files_hold_no_descriptor_and_errors_name_their_file(tmp_path: Path) -> None:
+    # numpy's memory maps keep a descriptor each, and rank_ids ran into the
+    # open-file limit with "[Errno 24] Too many open files" and no path; its
+    # maps now hold none. At the limit itself, the error names the file.
     write_plan(tmp_path / "p", 2000, 100, 64)
     script = f"""
 import os, resource
@@ -1321,11 +1321,16 @@ d = open_plan({str(tmp_path / "p")!r})
 open_now = len(os.listdir("/proc/self/fd"))
 hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 20, hard))
-maps = []
+maps = [d.rank_ids(0, rank) for rank in range(64)]
+print(sum(len(m) for m in maps), len(os.listdir("/proc/self/fd")) - open_now)
+spare = []
 try:
-    for rank in range(64):
-        maps.append(d.rank_ids(0, rank))
-    print("no error")
+    while True:  # every descriptor taken
+        spare.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    d.rank_ids(0, 0)
 except PlanError as e:
     print(e)
 """
@@ -1333,6 +1338,8 @@ except PlanError as e:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    assert re.search(r"epoch-0000/rank-000\d\d\.npy: .*[Tt]oo many open files", res.stdout), (
-        res.stdout
-    )
+    counted, error = res.stdout.splitlines()
+    ids, new_descriptors = map(int, counted.split())
+    assert ids == 2000 and new_descriptors <= 1
+    named = r"epoch-0000/rank-00000\.npy: .*[Tt]oo many open files"
+    assert re.search(named, error), error

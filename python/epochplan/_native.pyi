@@ -260,6 +260,7 @@ def verify_epoch_files(
     progress: Callable[[int], object] | None = None,
     compare_ids: bool = False,
 ) -> bool: ...
+def map_ids(path: str, offset: int, count: int) -> npt.NDArray[np.int64]: ...
 def check_plan_file(
     path: str,
     count: int,

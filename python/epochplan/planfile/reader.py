@@ -158,25 +158,17 @@ class PlanDirectory:
         its file, after checking the file's header, size and checksum (which
         reads the file once). ``world_size``, when given, must match the plan.
 
-        As with any memory map, the file must not be cut short while the map
-        is in use: the process would be killed (SIGBUS) on reading past the
-        new end. :class:`~epochplan.torch.PlanSampler` reads its ids through
-        a :class:`RankFile` instead, and raises :class:`PlanError` then.
+        The map holds no file descriptor (the file is closed once mapped), so
+        any number of rank files can be mapped at once. As with any memory
+        map, the file must not be cut short while the map is in use: the
+        process would be killed (SIGBUS) on reading past the new end.
+        :class:`~epochplan.torch.PlanSampler` reads its ids through a
+        :class:`RankFile` instead, and raises :class:`PlanError` then.
         """
         entry = self.checked_file(epoch, rank, world_size)
-        path = self.path / entry.path
-        try:
-            ids = np.load(path, mmap_mode="r", allow_pickle=False)
-        except OSError as e:
-            raise PlanError(f"{path}: cannot map: {e.strerror or e}") from None
-        except ValueError as e:
-            raise PlanError(f"{path}: {e}") from None
-        if ids.dtype != np.dtype("<i8") or ids.shape != (entry.count,):
-            raise PlanError(
-                f"{path}: holds {ids.dtype} {ids.shape}, expected int64 ({entry.count},)"
-            )
-        result: npt.NDArray[np.int64] = ids
-        return result
+        # The header was checked with the file: the ids follow it.
+        header = entry.bytes - 8 * entry.count
+        return _native.map_ids(str(self.path / entry.path), header, entry.count)
 
     def __repr__(self) -> str:
         return (

@@ -2,15 +2,18 @@
 //! around every long computation, and int64 arrays handed to numpy without a
 //! copy. Nothing here computes an order or a plan itself.
 //!
-//! Unsafe code is denied, with one exception, documented where it is:
-//! `space::NumpyIds` reads the ids of a numpy array it keeps alive, so that
-//! `Selection.from_indices` takes a large id array without a copy.
+//! Unsafe code is denied, with two exceptions, documented where they are:
+//! `space::selection::NumpyIds` reads the ids of a numpy array it keeps
+//! alive, so that `Selection.from_indices` takes a large id array without a
+//! copy; `mapped::map_ids` maps a rank file and hands numpy an array over the
+//! mapping, so that a mapped rank file holds no file descriptor.
 #![deny(unsafe_code)]
 
 mod args;
 mod errors;
 mod layout;
 mod lengths;
+mod mapped;
 mod permutation;
 mod plan;
 mod planfile;
@@ -36,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
     planfile::register(m)?;
+    mapped::register(m)?;
     space::register(m)?;
     errors::register(m)?;
     args::register(m)?;
