@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import epochplan
 from epochplan import _native
 from epochplan._native import EpochPlan, Permutation, PlanLayout
 
@@ -29,6 +30,8 @@ def test_objects_with_only_index_are_ints() -> None:
     assert p[Index(3)] == p[3]
     assert EpochPlan(10, Index(4)).num_steps == 3
     assert _native._check_int(Index(5), "x", 0, 10) == 5
+    assert epochplan.split(10, Index(2), 0).tolist() == [0, 2, 4, 6, 8]
+    assert epochplan.split(Index(10), 2, Index(1)).tolist() == [1, 3, 5, 7, 9]
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,10 @@ def split(
     x = num_samples_or_array
     if isinstance(x, (bool, np.bool_, float, str)):
         raise TypeError(f"num_samples_or_array must be an int or an array, got {type(x).__name__}")
-    if isinstance(x, (int, np.integer)) or (getattr(x, "ndim", None) == 0):
-        # An int, or a 0-d integer array or tensor (as every int argument).
+    index_only = hasattr(type(x), "__index__") and not hasattr(x, "__len__")
+    if isinstance(x, (int, np.integer)) or getattr(x, "ndim", None) == 0 or index_only:
+        # An int, a 0-d integer array or tensor, or any object that is an int
+        # through __index__ alone (as every int argument).
         n = int_arg(x, "num_samples_or_array", 0, _native.MAX_SAMPLES)
         return _share(range(n), world_size, rank, mode)
     if isinstance(x, range):
