@@ -188,6 +188,9 @@ def loader_worker(rank: int, world: int, port: int, out: str, stop: int | None) 
             batch_sampler=sampler,
             collate_fn=sampler.collate(pad, dtype=torch.float64),
             num_workers=2,
+            # A rank started by mp.spawn defaults to spawning its workers too,
+            # each importing torch again (seconds); fork them, as under torchrun.
+            multiprocessing_context="fork",
         )
         history, consumed = [], []
         for batch in loader:
