@@ -7,7 +7,7 @@ use epochplan_core::buffer::copy_of;
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// The largest sample count and position: ids are int64.
 pub const MAX_I64: u64 = epochplan_core::MAX_SAMPLES;
@@ -325,6 +325,47 @@ pub fn positions_arg(
         }
     }
     Ok((values, shape))
+}
+
+/// Whether a `__getitem__` key is an array of positions (a list, or an
+/// array or tensor of at least one dimension) rather than one position.
+/// Python ints skip the test (the common case, kept cheap).
+pub fn is_position_array(key: &Bound<'_, PyAny>) -> bool {
+    !key.is_instance_of::<PyInt>()
+        && (key.is_instance_of::<PyList>()
+            || key
+                .getattr("ndim")
+                .and_then(|d| d.extract::<usize>())
+                .is_ok_and(|d| d > 0))
+}
+
+/// One `__getitem__` position of a sequence of `n` items of `class` (negative
+/// counts from the end, as Python's): IndexError outside `[-n, n)`,
+/// TypeError naming the class for a key that is no integer.
+pub fn position_arg(key: &Bound<'_, PyAny>, n: u64, class: &str) -> PyResult<u64> {
+    let py = key.py();
+    let i = match int_value(key, "index") {
+        Ok(Ok(i)) => i,
+        Ok(Err(huge)) => {
+            return Err(PyIndexError::new_err(format!(
+                "index must be in [-{n}, {n}), got {huge}"
+            )))
+        }
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            return Err(PyTypeError::new_err(format!(
+                "{class} indices must be integers, slices or integer arrays, not {}",
+                key.get_type().name()?
+            )))
+        }
+        Err(e) => return Err(e),
+    };
+    let pos = if i < 0 { i + i128::from(n) } else { i };
+    if pos < 0 || pos >= i128::from(n) {
+        return Err(PyIndexError::new_err(format!(
+            "index must be in [-{n}, {n}), got {i}"
+        )));
+    }
+    Ok(pos as u64)
 }
 
 /// A 1-d array of sample ids, each in `[0, num_samples)`: ValueError

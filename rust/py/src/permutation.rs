@@ -1,15 +1,16 @@
 //! `Permutation`, `permutation`, `split_range` and the thread controls.
 
 use crate::args::{
-    int_arg, int_value, opt_int_arg, positions_arg, str_arg, Keyword, MAX_I64, MAX_U64,
+    int_arg, int_value, is_position_array, opt_int_arg, position_arg, positions_arg, str_arg,
+    Keyword, MAX_I64, MAX_U64,
 };
 use crate::errors::IntoPyResult;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyList, PySlice, PyString, PyTuple};
+use pyo3::types::{PyDict, PySlice, PyString, PyTuple};
 
 /// Parses `kind` (+ the chunked parameters) from Python arguments.
 pub fn kind_arg(
@@ -211,44 +212,12 @@ impl Permutation {
             };
             return Ok(Self::array(py, ids).into_any());
         }
-        // Python ints skip the array test (the common case, kept cheap).
-        let is_array = !key.is_instance_of::<PyInt>()
-            && (key.is_instance_of::<PyList>()
-                || key
-                    .getattr("ndim")
-                    .and_then(|d| d.extract::<usize>())
-                    .is_ok_and(|d| d > 0));
-        if is_array {
+        if is_position_array(key) {
             // An array of positions, as numpy's integer array indexing.
             return self.take(py, key);
         }
-        let i = match int_value(key, "index") {
-            Ok(Ok(i)) => i,
-            Ok(Err(huge)) => {
-                return Err(PyIndexError::new_err(format!(
-                    "index must be in [-{n}, {n}), got {huge}"
-                )))
-            }
-            Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-                return Err(PyTypeError::new_err(format!(
-                    "Permutation indices must be integers, slices or integer arrays, not {}",
-                    key.get_type().name()?
-                )))
-            }
-            Err(e) => return Err(e),
-        };
-        let pos = if i < 0 { i + i128::from(n) } else { i };
-        if pos < 0 || pos >= i128::from(n) {
-            return Err(PyIndexError::new_err(format!(
-                "index must be in [-{n}, {n}), got {i}"
-            )));
-        }
-        Ok(self
-            .order
-            .get(pos as u64)
-            .py()?
-            .into_pyobject(py)?
-            .into_any())
+        let pos = position_arg(key, n, "Permutation")?;
+        Ok(self.order.get(pos).py()?.into_pyobject(py)?.into_any())
     }
 
     /// The ids at an array of positions (any integer array, any shape;

@@ -9,14 +9,14 @@
 //! reads the ids through `selection::NumpyIds`, the one `unsafe` block of the
 //! bindings (its safety argument is on it).
 
-use crate::args::{int_value, positions_arg};
+use crate::args::{is_position_array, position_arg, positions_arg};
 use crate::errors::IntoPyResult;
 use epochplan_core::buffer::vec_with_capacity;
 use epochplan_core::space::{MixtureEpoch as CoreEpoch, Selection as CoreSelection};
 use numpy::IntoPyArray;
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList, PySlice, PyTuple};
+use pyo3::types::{PySlice, PyTuple};
 
 /// Positions looked up at once when two spaces are compared.
 const PIECE: u64 = 1 << 16;
@@ -93,37 +93,11 @@ fn getitem<'py, S: Space>(
         py.detach(|| space.map(&mut ids)).py()?;
         return Ok(ids.into_pyarray(py).into_any());
     }
-    let is_array = !key.is_instance_of::<PyInt>()
-        && (key.is_instance_of::<PyList>()
-            || key
-                .getattr("ndim")
-                .and_then(|d| d.extract::<usize>())
-                .is_ok_and(|d| d > 0));
-    if is_array {
+    if is_position_array(key) {
         return take(py, space, key);
     }
-    let i = match int_value(key, "index") {
-        Ok(Ok(i)) => i,
-        Ok(Err(huge)) => {
-            return Err(PyIndexError::new_err(format!(
-                "index must be in [-{n}, {n}), got {huge}"
-            )))
-        }
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            return Err(PyTypeError::new_err(format!(
-                "{class} indices must be integers, slices or integer arrays, not {}",
-                key.get_type().name()?
-            )))
-        }
-        Err(e) => return Err(e),
-    };
-    let pos = if i < 0 { i + i128::from(n) } else { i };
-    if pos < 0 || pos >= i128::from(n) {
-        return Err(PyIndexError::new_err(format!(
-            "index must be in [-{n}, {n}), got {i}"
-        )));
-    }
-    Ok(space.id(pos as u64).py()?.into_pyobject(py)?.into_any())
+    let pos = position_arg(key, n, class)?;
+    Ok(space.id(pos).py()?.into_pyobject(py)?.into_any())
 }
 
 /// The ids at an array of positions, in its shape (negative positions count
