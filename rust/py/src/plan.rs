@@ -1,9 +1,6 @@
 //! `EpochPlan` and its micro-batch iterator.
 
-use crate::args::{
-    bool_arg, int_arg, opt_int_arg, rank_args, sample_ids_arg, step_arg, str_arg, Keyword, MAX_I64,
-    MAX_U64,
-};
+use crate::args::{int_arg, rank_args, sample_ids_arg, step_arg, Keyword, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::layout::{self, batch_list, flags_arg, PlanLayout};
 use crate::lengths::{
@@ -15,34 +12,17 @@ use epochplan_core::layout::MicroBatch;
 use epochplan_core::plan::Plan;
 use epochplan_core::tokens::{Caps, Cost, Normalization, StepShares};
 use epochplan_core::Layout;
-use epochplan_core::{Kind, Order, FORMAT_VERSION};
+use epochplan_core::{Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::{Arc, OnceLock};
 
-/// The keys of a state dict, in order.
-const STATE_KEYS: [&str; 10] = [
-    "format_version",
-    "num_samples",
-    "global_batch_size",
-    "seed",
-    "epoch",
-    "kind",
-    "chunk_size",
-    "preload_nchunks",
-    "drop_last",
-    "cursor",
-];
+mod micro;
+mod state;
 
-/// The keys a token plan's state adds.
-const TOKEN_KEYS: [&str; 4] = [
-    "cost",
-    "loss_normalization",
-    "lengths_digest",
-    "loss_tokens_digest",
-];
+pub use micro::MicroBatches;
 
 /// How micro-batches are capped: by samples (a plan without lengths) or
 /// by samples and/or tokens (a token plan).
@@ -651,15 +631,7 @@ impl EpochPlan {
     ) -> PyResult<MicroBatches> {
         let (rank, w) = rank_args(rank, world_size)?;
         let caps = slf.get().caps(micro_batch_size, max_tokens)?;
-        let next = slf.get().layout.start_step();
-        Ok(MicroBatches {
-            plan: slf.unbind(),
-            rank,
-            world_size: w,
-            caps,
-            next: std::sync::atomic::AtomicU64::new(next),
-            retry: std::sync::Mutex::new(Vec::new()),
-        })
+        Ok(MicroBatches::new(slf.unbind(), rank, w, caps))
     }
 
     /// The same plan started after `step` steps of the epoch.
@@ -676,26 +648,7 @@ impl EpochPlan {
 
     /// The constant-size, world-size independent state (JSON-serialisable).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        let (chunk, preload_nchunks) = kind_params(self.kind);
-        d.set_item("format_version", FORMAT_VERSION)?;
-        d.set_item("num_samples", self.layout.num_samples())?;
-        d.set_item("global_batch_size", self.layout.global_batch_size())?;
-        d.set_item("seed", self.seed)?;
-        d.set_item("epoch", self.epoch)?;
-        d.set_item("kind", self.kind.name())?;
-        d.set_item("chunk_size", chunk)?;
-        d.set_item("preload_nchunks", preload_nchunks)?;
-        d.set_item("drop_last", self.layout.drop_last())?;
-        d.set_item("cursor", self.layout.cursor())?;
-        if let (Some(tokens), Dealing::Balanced { cost }) = (&self.tokens, self.layout.dealing()) {
-            let (lengths, loss) = tokens.digests(py)?;
-            d.set_item("cost", cost_value(py, cost)?)?;
-            d.set_item("loss_normalization", self.loss_normalization())?;
-            d.set_item("lengths_digest", lengths)?;
-            d.set_item("loss_tokens_digest", loss)?;
-        }
-        Ok(d)
+        state::to_dict(self, py)
     }
 
     /// The plan a state dict describes; rejects unknown format versions,
@@ -710,137 +663,7 @@ impl EpochPlan {
         lengths: Option<&Bound<'_, PyAny>>,
         loss_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let py = cls.py();
-        let d = state.cast::<PyDict>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "state must be a dict, got {}",
-                state
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
-        for key in d.keys() {
-            let k: String = key.extract().unwrap_or_default();
-            if !STATE_KEYS.contains(&k.as_str()) && !TOKEN_KEYS.contains(&k.as_str()) {
-                return Err(PyValueError::new_err(format!(
-                    "state has an unknown key {key}"
-                )));
-            }
-        }
-        for k in STATE_KEYS {
-            if !d.contains(k)? {
-                return Err(PyValueError::new_err(format!(
-                    "state is missing the key {k:?}"
-                )));
-            }
-        }
-        let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
-            d.get_item(k)?
-                .ok_or_else(|| PyValueError::new_err(format!("state is missing the key {k:?}")))
-        };
-        let version = int_arg(
-            &get("format_version")?,
-            "state['format_version']",
-            0,
-            MAX_U64,
-        )?;
-        if version != u64::from(FORMAT_VERSION) {
-            return Err(PyValueError::new_err(format!(
-                "state['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
-            )));
-        }
-        // Every value is checked here, so that a message names its key
-        // (`state['seed']`), not the constructor's argument.
-        for (k, lo, hi) in [
-            ("num_samples", 0, MAX_I64),
-            ("global_batch_size", 1, MAX_I64),
-            ("seed", 0, MAX_U64),
-            ("epoch", 0, MAX_U64),
-            ("cursor", 0, MAX_I64),
-        ] {
-            int_arg(&get(k)?, &format!("state['{k}']"), lo, hi)?;
-        }
-        for k in ["chunk_size", "preload_nchunks"] {
-            opt_int_arg(Some(&get(k)?), &format!("state['{k}']"), 1, MAX_I64)?;
-        }
-        str_arg(&get("kind")?, "state['kind']")?;
-        bool_arg(&get("drop_last")?, "state['drop_last']")?;
-        let tokens_in_state = TOKEN_KEYS
-            .iter()
-            .filter(|k| d.contains(**k).unwrap_or(false))
-            .count();
-        if tokens_in_state != 0 && tokens_in_state != TOKEN_KEYS.len() {
-            return Err(PyValueError::new_err(format!(
-                "state must hold all of the keys {TOKEN_KEYS:?} of a token plan or none"
-            )));
-        }
-        let lengths = lengths.filter(|l| !l.is_none());
-        let loss_tokens = loss_tokens.filter(|l| !l.is_none());
-        match (tokens_in_state > 0, lengths.is_some()) {
-            (true, false) => {
-                return Err(PyValueError::new_err(
-                    "lengths must be given: the state is a token plan's (give lengths= and \
-                     loss_tokens= as the plan had them)",
-                ))
-            }
-            (false, true) => {
-                return Err(PyValueError::new_err(
-                    "lengths must be None: the state is of a plan without lengths",
-                ))
-            }
-            _ => {}
-        }
-        let (cost, normalization) = if tokens_in_state > 0 {
-            (Some(get("cost")?), Some(get("loss_normalization")?))
-        } else {
-            (None, None)
-        };
-        let given = |k: &str| get(k).map(Keyword::Given);
-        let (chunk_size, preload_nchunks) = (get("chunk_size")?, get("preload_nchunks")?);
-        // What the constructor checks across keys (the kind's name, a cursor
-        // off the step boundaries) says it is about the state.
-        let in_state =
-            |e: PyErr| PyErr::from_type(e.get_type(py), format!("state: {}", e.value(py)));
-        EpochPlan::new(
-            &get("num_samples")?,
-            &get("global_batch_size")?,
-            given("seed")?,
-            given("epoch")?,
-            given("kind")?,
-            given("drop_last")?,
-            given("cursor")?,
-            Some(&chunk_size),
-            Some(&preload_nchunks),
-            lengths,
-            loss_tokens,
-            cost.as_ref(),
-            normalization.as_ref(),
-        )
-        .map_err(in_state)
-        .and_then(|plan| {
-            if let Some(tokens) = &plan.tokens {
-                let (lengths, loss) = tokens.digests(py)?;
-                let saved: String = get("lengths_digest")?.extract()?;
-                if *lengths != saved {
-                    return Err(PyValueError::new_err(format!(
-                        "lengths differ from the state's: their digest is {lengths}, the \
-                         state's {saved}"
-                    )));
-                }
-                let saved: Option<String> = get("loss_tokens_digest")?.extract()?;
-                if *loss != saved {
-                    return Err(PyValueError::new_err(format!(
-                        "loss_tokens differ from the state's: their digest is {}, the \
-                         state's {}",
-                        loss.as_deref().unwrap_or("None (the lengths)"),
-                        saved.as_deref().unwrap_or("None (the lengths)")
-                    )));
-                }
-            }
-            Ok(plan)
-        })
+        state::from_dict(cls.py(), state, lengths, loss_tokens)
     }
 
     fn __reduce__<'py>(
@@ -903,74 +726,5 @@ impl EpochPlan {
             p.cursor(),
             p.num_steps()
         )
-    }
-}
-
-/// Iterates one rank's steps; each item is the step's list of
-/// (indices, weights) micro-batches.
-#[pyclass(module = "epochplan._native", frozen)]
-#[derive(Debug)]
-pub struct MicroBatches {
-    plan: Py<EpochPlan>,
-    rank: u64,
-    world_size: u64,
-    caps: MicroCaps,
-    /// The next step no caller has claimed yet.
-    next: std::sync::atomic::AtomicU64,
-    /// Claimed steps that failed (no memory for them, say): the next calls
-    /// try them again rather than skip their samples.
-    retry: std::sync::Mutex<Vec<u64>>,
-}
-
-impl MicroBatches {
-    fn retry(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
-        self.retry.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-#[pymethods]
-impl MicroBatches {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
-        use std::sync::atomic::Ordering;
-        let owner = self.plan.get();
-        let plan = owner.plan(py)?;
-        // Each step is claimed by one caller (the GIL is released while a
-        // step is made, and the iterator may be shared between threads).
-        let retried = self.retry().pop();
-        let step = match retried {
-            Some(step) => step,
-            None => {
-                let steps = plan.num_steps();
-                let claim = |s: u64| (s < steps).then_some(s + 1);
-                match self
-                    .next
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, claim)
-                {
-                    Ok(step) => step,
-                    Err(_) => return Ok(None),
-                }
-            }
-        };
-        let made = owner
-            .step_batches(py, &plan, step, self.rank, self.world_size, self.caps)
-            .and_then(|batches| batch_list(py, batches));
-        if made.is_err() {
-            self.retry().push(step);
-        }
-        made.map(Some)
-    }
-
-    fn __len__(&self) -> usize {
-        let steps = self.plan.get().layout.num_steps();
-        let unclaimed = steps
-            - self
-                .next
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .min(steps);
-        unclaimed as usize + self.retry().len()
     }
 }

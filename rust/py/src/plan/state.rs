@@ -1,0 +1,197 @@
+//! A plan's state dict: what it holds and how a plan is made from one.
+
+use super::EpochPlan;
+use crate::args::{bool_arg, int_arg, opt_int_arg, str_arg, Keyword, MAX_I64, MAX_U64};
+use crate::lengths::cost_value;
+use crate::permutation::kind_params;
+use epochplan_core::dealing::Dealing;
+use epochplan_core::FORMAT_VERSION;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The keys of a state dict, in order.
+const STATE_KEYS: [&str; 10] = [
+    "format_version",
+    "num_samples",
+    "global_batch_size",
+    "seed",
+    "epoch",
+    "kind",
+    "chunk_size",
+    "preload_nchunks",
+    "drop_last",
+    "cursor",
+];
+
+/// The keys a token plan's state adds.
+const TOKEN_KEYS: [&str; 4] = [
+    "cost",
+    "loss_normalization",
+    "lengths_digest",
+    "loss_tokens_digest",
+];
+/// The constant-size, world-size independent state (JSON-serialisable).
+pub(super) fn to_dict<'py>(plan: &EpochPlan, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let (chunk, preload_nchunks) = kind_params(plan.kind);
+    d.set_item("format_version", FORMAT_VERSION)?;
+    d.set_item("num_samples", plan.layout.num_samples())?;
+    d.set_item("global_batch_size", plan.layout.global_batch_size())?;
+    d.set_item("seed", plan.seed)?;
+    d.set_item("epoch", plan.epoch)?;
+    d.set_item("kind", plan.kind.name())?;
+    d.set_item("chunk_size", chunk)?;
+    d.set_item("preload_nchunks", preload_nchunks)?;
+    d.set_item("drop_last", plan.layout.drop_last())?;
+    d.set_item("cursor", plan.layout.cursor())?;
+    if let (Some(tokens), Dealing::Balanced { cost }) = (&plan.tokens, plan.layout.dealing()) {
+        let (lengths, loss) = tokens.digests(py)?;
+        d.set_item("cost", cost_value(py, cost)?)?;
+        d.set_item("loss_normalization", plan.loss_normalization())?;
+        d.set_item("lengths_digest", lengths)?;
+        d.set_item("loss_tokens_digest", loss)?;
+    }
+    Ok(d)
+}
+
+/// The plan a state dict describes; rejects unknown format versions,
+/// missing or unknown keys and inconsistent values. A token plan's state
+/// needs its arrays again (``lengths=``, ``loss_tokens=``): the state
+/// holds their digests and refuses other arrays.
+pub(super) fn from_dict(
+    py: Python<'_>,
+    state: &Bound<'_, PyAny>,
+    lengths: Option<&Bound<'_, PyAny>>,
+    loss_tokens: Option<&Bound<'_, PyAny>>,
+) -> PyResult<EpochPlan> {
+    let d = state.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "state must be a dict, got {}",
+            state
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    for key in d.keys() {
+        let k: String = key.extract().unwrap_or_default();
+        if !STATE_KEYS.contains(&k.as_str()) && !TOKEN_KEYS.contains(&k.as_str()) {
+            return Err(PyValueError::new_err(format!(
+                "state has an unknown key {key}"
+            )));
+        }
+    }
+    for k in STATE_KEYS {
+        if !d.contains(k)? {
+            return Err(PyValueError::new_err(format!(
+                "state is missing the key {k:?}"
+            )));
+        }
+    }
+    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        d.get_item(k)?
+            .ok_or_else(|| PyValueError::new_err(format!("state is missing the key {k:?}")))
+    };
+    let version = int_arg(
+        &get("format_version")?,
+        "state['format_version']",
+        0,
+        MAX_U64,
+    )?;
+    if version != u64::from(FORMAT_VERSION) {
+        return Err(PyValueError::new_err(format!(
+            "state['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
+        )));
+    }
+    // Every value is checked here, so that a message names its key
+    // (`state['seed']`), not the constructor's argument.
+    for (k, lo, hi) in [
+        ("num_samples", 0, MAX_I64),
+        ("global_batch_size", 1, MAX_I64),
+        ("seed", 0, MAX_U64),
+        ("epoch", 0, MAX_U64),
+        ("cursor", 0, MAX_I64),
+    ] {
+        int_arg(&get(k)?, &format!("state['{k}']"), lo, hi)?;
+    }
+    for k in ["chunk_size", "preload_nchunks"] {
+        opt_int_arg(Some(&get(k)?), &format!("state['{k}']"), 1, MAX_I64)?;
+    }
+    str_arg(&get("kind")?, "state['kind']")?;
+    bool_arg(&get("drop_last")?, "state['drop_last']")?;
+    let tokens_in_state = TOKEN_KEYS
+        .iter()
+        .filter(|k| d.contains(**k).unwrap_or(false))
+        .count();
+    if tokens_in_state != 0 && tokens_in_state != TOKEN_KEYS.len() {
+        return Err(PyValueError::new_err(format!(
+            "state must hold all of the keys {TOKEN_KEYS:?} of a token plan or none"
+        )));
+    }
+    let lengths = lengths.filter(|l| !l.is_none());
+    let loss_tokens = loss_tokens.filter(|l| !l.is_none());
+    match (tokens_in_state > 0, lengths.is_some()) {
+        (true, false) => {
+            return Err(PyValueError::new_err(
+                "lengths must be given: the state is a token plan's (give lengths= and \
+                 loss_tokens= as the plan had them)",
+            ))
+        }
+        (false, true) => {
+            return Err(PyValueError::new_err(
+                "lengths must be None: the state is of a plan without lengths",
+            ))
+        }
+        _ => {}
+    }
+    let (cost, normalization) = if tokens_in_state > 0 {
+        (Some(get("cost")?), Some(get("loss_normalization")?))
+    } else {
+        (None, None)
+    };
+    let given = |k: &str| get(k).map(Keyword::Given);
+    let (chunk_size, preload_nchunks) = (get("chunk_size")?, get("preload_nchunks")?);
+    // What the constructor checks across keys (the kind's name, a cursor
+    // off the step boundaries) says it is about the state.
+    let in_state = |e: PyErr| PyErr::from_type(e.get_type(py), format!("state: {}", e.value(py)));
+    EpochPlan::new(
+        &get("num_samples")?,
+        &get("global_batch_size")?,
+        given("seed")?,
+        given("epoch")?,
+        given("kind")?,
+        given("drop_last")?,
+        given("cursor")?,
+        Some(&chunk_size),
+        Some(&preload_nchunks),
+        lengths,
+        loss_tokens,
+        cost.as_ref(),
+        normalization.as_ref(),
+    )
+    .map_err(in_state)
+    .and_then(|plan| {
+        if let Some(tokens) = &plan.tokens {
+            let (lengths, loss) = tokens.digests(py)?;
+            let saved: String = get("lengths_digest")?.extract()?;
+            if *lengths != saved {
+                return Err(PyValueError::new_err(format!(
+                    "lengths differ from the state's: their digest is {lengths}, the \
+                     state's {saved}"
+                )));
+            }
+            let saved: Option<String> = get("loss_tokens_digest")?.extract()?;
+            if *loss != saved {
+                return Err(PyValueError::new_err(format!(
+                    "loss_tokens differ from the state's: their digest is {}, the \
+                     state's {}",
+                    loss.as_deref().unwrap_or("None (the lengths)"),
+                    saved.as_deref().unwrap_or("None (the lengths)")
+                )));
+            }
+        }
+        Ok(plan)
+    })
+}
