@@ -5,6 +5,11 @@
 //! them into sample ids. The state to resume is `(format, N, seed, epoch,
 //! kind, G, cursor)`, independent of `W`.
 //!
+//! A plan over an index space ([`Space`]) maps the order's output through
+//! it: a plan over a selection yields `sel[order(position)]`; a plan over a
+//! mixture's epoch keeps the epoch's stratified arrangement (its order is
+//! the identity) and shuffles each step's positions before the lookup.
+//!
 //! A plan whose layout deals [`Dealing::Balanced`](crate::dealing::Dealing)
 //! reads a step's lengths by the ids its order puts at the step's positions
 //! ([`Plan::step_samples`]), one step at a time, and the layout deals them.
@@ -16,6 +21,7 @@ use crate::layout::Layout;
 pub use crate::layout::{micro_batches_of, MicroBatch, StepShare};
 use crate::order::{Kind, Order};
 use crate::parallel;
+use crate::space::{Space, StepShuffle};
 use crate::tokens::Caps;
 
 /// One epoch's plan: a layout and an order of the same number of samples.
@@ -23,6 +29,7 @@ use crate::tokens::Caps;
 pub struct Plan {
     layout: Layout,
     order: Order,
+    space: Space,
 }
 
 impl Plan {
@@ -43,7 +50,148 @@ impl Plan {
                 layout.num_samples()
             )));
         }
-        Ok(Plan { layout, order })
+        Ok(Plan {
+            layout,
+            order,
+            space: Space::Range,
+        })
+    }
+
+    /// The same plan over `space`, which must have the plan's number of
+    /// ids; a mixture's epoch needs the identity order (its arrangement is
+    /// the epoch's, stratified).
+    pub fn with_space(self, space: Space) -> Result<Plan> {
+        space.check_len(self.num_samples())?;
+        if matches!(space, Space::Mixture { .. }) && self.order.kind() != Kind::Identity {
+            return Err(Error::Value(format!(
+                "a plan over a mixture keeps the mixture's stratified arrangement: its order \
+                 must be the identity, got kind={:?}",
+                self.order.kind().name()
+            )));
+        }
+        Ok(Plan { space, ..self })
+    }
+
+    /// The plan's index space.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The size of the store the plan's ids belong to (`N` for a plan over
+    /// `0..N`): what a lengths array is indexed by.
+    pub fn store_size(&self) -> u64 {
+        self.space.store_size(self.num_samples())
+    }
+
+    /// Replaces positions of the epoch (each in `[0, N)`) by their sample
+    /// ids: the order, then the space. Parallel for large inputs, the same
+    /// result on any thread count.
+    pub fn map_positions(&self, values: &mut [i64]) -> Result<()> {
+        let n = self.num_samples();
+        if let Some(bad) = values.iter().find(|&&p| p < 0 || p as u64 >= n) {
+            return Err(Error::Index(format!(
+                "positions must be in [0, {n}), got {bad}"
+            )));
+        }
+        self.map_valid(values);
+        Ok(())
+    }
+
+    /// [`Plan::map_positions`] for positions known to lie in `[0, N)`.
+    fn map_valid(&self, values: &mut [i64]) {
+        match &self.space {
+            Space::Range => self.order.map_in_place(values),
+            Space::Selection(sel) => {
+                parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
+                    self.order.map_slice(piece);
+                    sel.map_slice(piece);
+                });
+            }
+            Space::Mixture { epoch, .. } => {
+                parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
+                    self.shuffle_steps(piece);
+                    epoch.map_slice(piece);
+                });
+            }
+        }
+    }
+
+    /// The sample id at one position of the epoch.
+    pub fn id_at(&self, position: u64) -> Result<i64> {
+        let mut one = [i64::try_from(position).unwrap_or(-1)];
+        self.map_positions(&mut one)?;
+        Ok(one[0])
+    }
+
+    /// A mixture plan's step shuffles, applied in place to `values`
+    /// (positions in `[0, N)`, in runs of one step each).
+    fn shuffle_steps(&self, values: &mut [i64]) {
+        let Space::Mixture {
+            seed, plan_epoch, ..
+        } = &self.space
+        else {
+            return;
+        };
+        let (g, n) = (self.global_batch_size(), self.num_samples());
+        let mut rest = values;
+        while let Some(&first) = rest.first() {
+            let step = first as u64 / g;
+            let run = rest
+                .iter()
+                .position(|&p| p as u64 / g != step)
+                .unwrap_or(rest.len());
+            let (head, tail) = rest.split_at_mut(run);
+            let start = step * g;
+            StepShuffle::of_plan_step(*seed, *plan_epoch, step, start, g.min(n - start))
+                .map_slice(head);
+            rest = tail;
+        }
+    }
+
+    /// Replaces positions of the epoch (each in `[0, N)`) by the source of
+    /// the sample at each: the mixture's source number for a plan over a
+    /// mixture, 0 otherwise.
+    fn map_sources(&self, values: &mut [i64]) -> Result<()> {
+        match &self.space {
+            Space::Mixture { epoch, .. } => {
+                self.shuffle_steps(values);
+                let positions = values.to_vec();
+                epoch.fill_sources(&positions, values)
+            }
+            _ => {
+                values.iter_mut().for_each(|v| *v = 0);
+                Ok(())
+            }
+        }
+    }
+
+    /// The source of each of rank `rank`'s samples in step `step`, in the
+    /// order of [`Plan::step_indices`].
+    pub fn step_sources(&self, step: u64, rank: u64, world_size: u64) -> Result<Vec<i64>> {
+        let count = self.layout.step_count(step, rank, world_size)?;
+        let mut out = zeroed_ids(count, "the requested sources")?;
+        self.layout
+            .fill_rank_positions(step, rank, world_size, &mut out);
+        self.map_sources(&mut out)?;
+        Ok(out)
+    }
+
+    /// The source of each of step `step`'s samples, in position order (as
+    /// [`Plan::step_ids`] gives the ids).
+    pub fn step_position_sources(&self, step: u64) -> Result<Vec<i64>> {
+        let mut out = self.step_positions(step)?;
+        self.map_sources(&mut out)?;
+        Ok(out)
+    }
+
+    /// Step `step`'s positions, in order.
+    fn step_positions(&self, step: u64) -> Result<Vec<i64>> {
+        let span = self.layout.span(step)?;
+        let mut positions = zeroed_ids(span.len, "the step's ids")?;
+        for (k, slot) in positions.iter_mut().enumerate() {
+            *slot = (span.start + k as u64) as i64;
+        }
+        Ok(positions)
     }
 
     /// The epoch's layout: everything of the plan but the order.
@@ -101,6 +249,7 @@ impl Plan {
         Ok(Plan {
             layout: self.layout.with_cursor(cursor)?,
             order: self.order.clone(),
+            space: self.space.clone(),
         })
     }
 
@@ -131,7 +280,7 @@ impl Plan {
         let mut out = zeroed_ids(count, "the requested ids")?;
         self.layout
             .fill_rank_positions(step, rank, world_size, &mut out);
-        self.order.map_in_place(&mut out);
+        self.map_positions(&mut out)?;
         Ok(out)
     }
 
@@ -143,7 +292,7 @@ impl Plan {
         let first = self.start_step();
         self.layout
             .fill_rank_positions(first, rank, world_size, &mut out);
-        self.order.map_in_place(&mut out);
+        self.map_positions(&mut out)?;
         Ok(out)
     }
 
@@ -161,7 +310,7 @@ impl Plan {
         let end = self
             .layout
             .fill_rank_positions_from(first_step, skip, rank, world_size, out);
-        parallel::for_each_piece(out, parallel::PIECE, |_, v| self.order.map_slice(v));
+        self.map_valid(out);
         end
     }
 
@@ -203,18 +352,14 @@ impl Plan {
     ) -> Result<Vec<MicroBatch>> {
         self.layout
             .split_step(step, rank, world_size, micro_batch_size, ids, |position| {
-                Ok(self.order.get(position)? as i64)
+                self.id_at(position)
             })
     }
 
     /// The sample ids at step `step`'s positions, in position order.
     pub fn step_ids(&self, step: u64) -> Result<Vec<i64>> {
-        let span = self.layout.span(step)?;
-        let mut ids = zeroed_ids(span.len, "the step's ids")?;
-        for (k, slot) in ids.iter_mut().enumerate() {
-            *slot = (span.start + k as u64) as i64;
-        }
-        self.order.map_in_place(&mut ids);
+        let mut ids = self.step_positions(step)?;
+        self.map_valid(&mut ids);
         Ok(ids)
     }
 
@@ -226,12 +371,12 @@ impl Plan {
         lengths: &dyn SampleLengths,
         loss_tokens: Option<&dyn SampleLengths>,
     ) -> Result<StepSamples> {
+        let store = self.store_size();
         for (name, values) in [("lengths", Some(lengths)), ("loss_tokens", loss_tokens)] {
             match values {
-                Some(v) if v.num_samples() != self.num_samples() => {
+                Some(v) if v.num_samples() != store => {
                     return Err(Error::Value(format!(
-                        "{name} must hold one value per sample ({}), got {}",
-                        self.num_samples(),
+                        "{name} must hold one value per sample of the store ({store}), got {}",
                         v.num_samples()
                     )))
                 }

@@ -21,9 +21,10 @@
 //! | pass `p` of mixture source `k` | `k` | ("mixture", "pass") | `p` |
 //! | the shuffle of step `t` of epoch `e` | `e` | ("mixture", "step") | `t` |
 //!
-//! No golden vectors are frozen for spaces yet: they will be when plans
-//! take spaces (a new format version of their own).
+//! A plan takes a space as a [`Space`]; the golden vectors of plans over
+//! spaces are in `tests/golden/spaces_v1.txt`, frozen like the others.
 
+mod digest;
 mod interleave;
 mod mask;
 mod mixture;
@@ -41,7 +42,65 @@ pub use ranges::Ranges;
 pub use selection::{Indices, Permuted, Selection, SelectionKind, SharedIds};
 pub use split::{random_split, split_sizes, SPLIT_DOMAIN};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::order::MAX_SAMPLES;
+use std::sync::Arc;
+
+/// The index space of a plan: what its order's output is mapped through.
+#[derive(Debug, Clone, Default)]
+pub enum Space {
+    /// `0..N`: the order's output is the id.
+    #[default]
+    Range,
+    /// A selection of a store: position `p` holds `sel[order(p)]`.
+    Selection(Arc<Selection>),
+    /// One epoch of a mixture, already stratified: the plan's order is the
+    /// identity, and each step's positions are shuffled by a
+    /// [`StepShuffle`] keyed by the plan's `(seed, epoch)` before the
+    /// lookup, so that every rank sees the mix.
+    Mixture {
+        /// The mixture's epoch.
+        epoch: Arc<MixtureEpoch>,
+        /// The plan's seed (the key of the step shuffles).
+        seed: u64,
+        /// The plan's epoch (the key of the step shuffles).
+        plan_epoch: u64,
+    },
+}
+
+impl Space {
+    /// The space's number of ids, or `None` for `0..N` (any N).
+    pub fn num_ids(&self) -> Option<u64> {
+        match self {
+            Space::Range => None,
+            Space::Selection(s) => Some(s.len()),
+            Space::Mixture { epoch, .. } => Some(epoch.len()),
+        }
+    }
+
+    /// The size of the store the ids belong to (`n` for `0..n`): lengths
+    /// arrays are indexed by these ids.
+    pub fn store_size(&self, n: u64) -> u64 {
+        match self {
+            Space::Range => n,
+            Space::Selection(s) => s.num_samples(),
+            Space::Mixture { epoch, .. } => epoch.mixture().store_size(),
+        }
+    }
+
+    /// Checks that a plan of `n` positions can take this space.
+    pub fn check_len(&self, n: u64) -> Result<()> {
+        match self.num_ids() {
+            Some(len) if len != n => Err(Error::Value(format!(
+                "the space has {len} ids, the plan {n} positions"
+            ))),
+            _ if n > MAX_SAMPLES => Err(Error::Overflow(format!(
+                "num_samples must be in [0, 2**63 - 1], got {n}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// A sequence of sample ids with random access: what a plan maps its
 /// positions through.

@@ -169,6 +169,15 @@ impl Mixture {
             .collect()
     }
 
+    /// The size of the store the ids belong to: every id is below it (the
+    /// sources' total for sizes, the largest store of the selections).
+    pub fn store_size(&self) -> u64 {
+        match &*self.sources {
+            Sources::Sizes { sizes, .. } => sizes.iter().sum(),
+            Sources::Selections(s) => s.iter().map(Selection::num_samples).max().unwrap_or(0),
+        }
+    }
+
     /// The selections, for a mixture of selections.
     pub fn selections(&self) -> Option<&[Selection]> {
         match &*self.sources {
@@ -446,23 +455,26 @@ impl MixtureEpoch {
     /// for large inputs, with the same result on any thread count.
     pub fn map_in_place(&self, values: &mut [i64]) -> Result<()> {
         check_indices_below(values, self.len(), "js")?;
-        parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
-            // The pass each source used last: consecutive positions of a
-            // source mostly stay in one pass.
-            let mut passes: Vec<Option<(u64, Cipher)>> = vec![None; self.consumed.len()];
-            for v in piece.iter_mut() {
-                let (k, i) = self.interleave.locate(*v as u64);
-                let s = self.consumed[k] + i;
-                let n = self.mixture.source_len(k);
-                let (p, u) = (s / n, s % n);
-                let cipher = match &passes[k] {
-                    Some((q, c)) if *q == p => c,
-                    _ => &passes[k].insert((p, self.mixture.pass(k, p))).1,
-                };
-                *v = self.mixture.source_id(k, cipher.apply(u)) as i64;
-            }
-        });
+        parallel::for_each_piece(values, parallel::PIECE, |_, piece| self.map_slice(piece));
         Ok(())
+    }
+
+    /// [`MixtureEpoch::map_in_place`] on this thread, for checked values.
+    pub(crate) fn map_slice(&self, values: &mut [i64]) {
+        // The pass each source used last: consecutive positions of a
+        // source mostly stay in one pass.
+        let mut passes: Vec<Option<(u64, Cipher)>> = vec![None; self.consumed.len()];
+        for v in values.iter_mut() {
+            let (k, i) = self.interleave.locate(*v as u64);
+            let s = self.consumed[k] + i;
+            let n = self.mixture.source_len(k);
+            let (p, u) = (s / n, s % n);
+            let cipher = match &passes[k] {
+                Some((q, c)) if *q == p => c,
+                _ => &passes[k].insert((p, self.mixture.pass(k, p))).1,
+            };
+            *v = self.mixture.source_id(k, cipher.apply(u)) as i64;
+        }
     }
 
     /// Writes the source of position `js[i]` to `out[i]`, for every `i`
@@ -506,10 +518,22 @@ impl StepShuffle {
                 "the step's positions [{start}, {start} + {len}) must end by 2**63 - 1"
             )));
         }
-        Ok(StepShuffle {
+        Ok(StepShuffle::of_plan_step(seed, epoch, step, start, len))
+    }
+
+    /// [`StepShuffle::new`] for a step of a plan, whose positions end by
+    /// 2**63 - 1 already.
+    pub(crate) fn of_plan_step(
+        seed: u64,
+        epoch: u64,
+        step: u64,
+        start: u64,
+        len: u64,
+    ) -> StepShuffle {
+        StepShuffle {
             start,
             cipher: Cipher::new(len, derive(seed, epoch, STEP_DOMAIN, step)),
-        })
+        }
     }
 
     /// The epoch position that the step's position `position` shows.
@@ -537,10 +561,16 @@ impl StepShuffle {
                 positions[i]
             )));
         }
-        positions.iter_mut().for_each(|p| *p -= start as i64);
-        self.cipher.apply_in_place(positions);
-        positions.iter_mut().for_each(|p| *p += start as i64);
+        self.map_slice(positions);
         Ok(())
+    }
+
+    /// [`StepShuffle::map_in_place`] for positions known to lie in the step.
+    pub(crate) fn map_slice(&self, positions: &mut [i64]) {
+        let start = self.start as i64;
+        positions.iter_mut().for_each(|p| *p -= start);
+        self.cipher.apply_in_place(positions);
+        positions.iter_mut().for_each(|p| *p += start);
     }
 }
 

@@ -326,7 +326,7 @@ impl Selection {
     }
 
     /// [`Selection::map_in_place`] on this thread, for checked values.
-    fn map_slice(&self, values: &mut [i64]) {
+    pub(crate) fn map_slice(&self, values: &mut [i64]) {
         match &self.repr {
             Repr::Permuted(p) => {
                 values.iter_mut().for_each(|v| *v += p.start as i64);
