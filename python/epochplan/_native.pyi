@@ -35,7 +35,7 @@ class PlanOSError(PlanError, OSError): ...
 class Permutation:
     def __init__(
         self,
-        num_samples: int,
+        num_samples: int | Selection,
         *,
         seed: int = 0,
         epoch: int = 0,
@@ -45,6 +45,8 @@ class Permutation:
     ) -> None: ...
     @property
     def num_samples(self) -> int: ...
+    @property
+    def selection(self) -> Selection | None: ...
     @property
     def seed(self) -> int: ...
     @property
@@ -126,7 +128,7 @@ class PlanLayout:
 class EpochPlan:
     def __init__(
         self,
-        num_samples: int,
+        num_samples: int | Selection | Mixture | MixtureEpoch,
         global_batch_size: int,
         *,
         seed: int = 0,
@@ -178,6 +180,9 @@ class EpochPlan:
     def remaining_steps(self) -> int: ...
     def step_size(self, step: int) -> int: ...
     def step_indices(self, step: int, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
+    def sources(self, step: int, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
+    @property
+    def space(self) -> Selection | MixtureEpoch | None: ...
     def rank_indices(self, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
     def rank_size(self, rank: int, world_size: int) -> int: ...
     def num_micro_batches(
@@ -226,6 +231,7 @@ class EpochPlan:
         cls,
         state: dict[str, Any],
         *,
+        space: Selection | Mixture | MixtureEpoch | None = None,
         lengths: npt.ArrayLike | None = None,
         loss_tokens: npt.ArrayLike | None = None,
     ) -> EpochPlan: ...

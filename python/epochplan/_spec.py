@@ -3,10 +3,10 @@ epoch, the world size or the micro-batch size."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from epochplan._native import EpochPlan, PlanLayout
+from epochplan._native import EpochPlan, Mixture, PlanLayout, Selection
 
 __all__ = ["PlanSpec", "TokenSpec"]
 
@@ -48,11 +48,14 @@ class PlanSpec:
     chunk_size: int | None
     preload_nchunks: int | None
     drop_last: bool
+    #: The index space the plans permute (a ``Selection`` or ``Mixture``;
+    #: None for ``range(num_samples)``, and then ``num_samples`` is its length).
+    space: Selection | Mixture | None = None
 
     @classmethod
     def checked(
         cls,
-        num_samples: int,
+        num_samples: int | Selection | Mixture,
         global_batch_size: int,
         *,
         seed: int = 0,
@@ -82,13 +85,14 @@ class PlanSpec:
             plan.chunk_size,
             plan.preload_nchunks,
             plan.drop_last,
+            None if isinstance(num_samples, int) else num_samples,
         )
 
     def plan(self, epoch: int, tokens: TokenSpec | None = None) -> EpochPlan:
         """The plan of ``epoch`` (a ``"uniform"`` plan builds its N ids when
         first asked for ids), a token plan with ``tokens``."""
         return EpochPlan(
-            self.num_samples,
+            self.num_samples if self.space is None else self.space,
             self.global_batch_size,
             seed=self.seed,
             epoch=epoch,
@@ -110,5 +114,5 @@ class PlanSpec:
         return [layout.rank_size(r, world_size) for r in range(world_size)]
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields, as the manifest and the native writer take them."""
-        return asdict(self)
+        """The fields but the space, as the manifest and the native writer take them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "space"}

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from torch.utils.data import distributed as torch_distributed
 
 from epochplan._args import int_arg
-from epochplan._native import Permutation
+from epochplan._native import Permutation, Selection
 from epochplan.torch._resume import keeps_set_epoch
 from epochplan.torch.rank import RankProvider, resolve_rank
 
@@ -96,6 +96,7 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         shuffle: bool,
         seed: int,
         rank_fn: RankProvider | None,
+        selection: Selection | None = None,
     ) -> None:
         # torch's __init__ is not called: it sizes with floats (wrong past 2**53)
         # and knows no rank source but torch.distributed; every attribute it
@@ -112,6 +113,18 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         self.shuffle = shuffle
         self.seed = seed
         self._n = len(dataset)
+        if selection is not None:
+            if not isinstance(selection, Selection):
+                raise TypeError(
+                    f"selection must be an epochplan.Selection, got {type(selection).__name__}"
+                )
+            if selection.num_samples != self._n:
+                raise ValueError(
+                    f"selection must be of the dataset's {self._n} samples, got a selection "
+                    f"of a store of {selection.num_samples}"
+                )
+            self._n = len(selection)
+        self.selection = selection
         self._key = _seed_arg(seed, "seed")
         self._resume: int | None = None
         # Whether _resume came from a torchdata state, which has no epoch: then it
@@ -169,9 +182,10 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         self._progress.cut()
 
     def _order(self) -> Permutation:
+        space = self._n if self.selection is None else self.selection
         if not self.shuffle:
-            return Permutation(self._n, kind="identity")
-        return Permutation(self._n, seed=self._key, epoch=self.epoch % _U64)
+            return Permutation(space, kind="identity")
+        return Permutation(space, seed=self._key, epoch=self.epoch % _U64)
 
     def _chunk(self, order: Permutation, first: int, size: int) -> list[int]:
         """Sample ids of the rank's items ``first .. first + size - 1``."""
@@ -329,6 +343,9 @@ class DistributedSampler(_StridedSampler):
         shuffle: shuffle the indices (default True).
         seed: the shuffle's seed, the same on every rank.
         drop_last: drop the tail instead of padding.
+        selection: an :class:`~epochplan.Selection` of the dataset's ids (a
+            split, some classes): the sampler shares out those ids alone, and
+            ``num_samples``/``total_size`` count them (keyword only).
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
 
     A subclass of torch's ``DistributedSampler`` (``isinstance`` holds), and a
@@ -355,8 +372,9 @@ class DistributedSampler(_StridedSampler):
         drop_last: bool = False,
         *,
         rank_fn: RankProvider | None = None,
+        selection: Selection | None = None,
     ) -> None:
-        super().__init__(dataset, num_replicas, rank, shuffle, seed, rank_fn)
+        super().__init__(dataset, num_replicas, rank, shuffle, seed, rank_fn, selection)
         self.drop_last = drop_last
         n, w = self._n, self.num_replicas
         if drop_last and n % w != 0:
@@ -396,8 +414,9 @@ class ExactDistributedSampler(_StridedSampler):
         seed: int = 0,
         *,
         rank_fn: RankProvider | None = None,
+        selection: Selection | None = None,
     ) -> None:
-        super().__init__(dataset, num_replicas, rank, shuffle, seed, rank_fn)
+        super().__init__(dataset, num_replicas, rank, shuffle, seed, rank_fn, selection)
         self.drop_last = False
         n, w, r = self._n, self.num_replicas, self.rank
         self.num_samples = (n - r + w - 1) // w if r < n else 0

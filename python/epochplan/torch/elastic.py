@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Sampler
 
 from epochplan._args import bool_arg, int_arg, is_bool
-from epochplan._native import MAX_SAMPLES, EpochPlan
+from epochplan._native import MAX_SAMPLES, EpochPlan, Mixture, Selection
 from epochplan._spec import PlanSpec, TokenSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
@@ -147,8 +147,16 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     (``plan.split_step(step, rank, W, micro_batch_size, ids)``); a subclass
     serving precomputed plans (e.g. from files) overrides these.
 
+    Index spaces: give a :class:`~epochplan.Selection` (a split, some
+    classes, a mask of the dataset) or a :class:`~epochplan.Mixture` instead
+    of the dataset; the sampler yields the dataset's own ids, and the
+    DataLoader's dataset stays the whole store. A mixture's epoch ``e`` is
+    ``mixture.epoch(e)``; ``load_state_dict`` refuses a state of another
+    space (its digest is in the state).
+
     Args:
-        data_source_or_num_samples: the dataset (anything with ``len()``) or N.
+        data_source_or_num_samples: the dataset (anything with ``len()``), N,
+            or an index space (``Selection`` or ``Mixture``) over the dataset.
         global_batch_size: samples per optimizer step over all ranks (G).
         micro_batch_size: the most samples per micro-batch on a rank (b);
             may be None with ``lengths`` and ``max_tokens``.
@@ -191,7 +199,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     def __init__(
         self,
-        data_source_or_num_samples: Sized | int,
+        data_source_or_num_samples: Sized | int | Selection | Mixture,
         global_batch_size: int,
         micro_batch_size: int | None,
         *,
@@ -210,14 +218,16 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         loss_normalization: str | None = None,
     ) -> None:
         # Checked by the plan the first _build_plan makes.
+        space = data_source_or_num_samples
         spec = PlanSpec(
-            _num_samples_of(data_source_or_num_samples, "data_source_or_num_samples"),
+            _num_samples_of(space, "data_source_or_num_samples"),
             global_batch_size,
             seed,
             kind,
             chunk_size,
             preload_nchunks,
             bool_arg(drop_last, "drop_last"),
+            space if isinstance(space, (Selection, Mixture)) else None,
         )
         tokens = None
         if lengths is not None:
@@ -388,6 +398,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             tokens = self._tokens
             saved = EpochPlan.from_state_dict(
                 state_dict,
+                space=self._spec.space,
                 lengths=None if tokens is None else tokens.lengths,
                 loss_tokens=None if tokens is None else tokens.loss_tokens,
             )
@@ -488,7 +499,7 @@ class ChunkSampler(ElasticBatchSampler):
 
     def __init__(
         self,
-        num_samples: Sized | int,
+        num_samples: Sized | int | Selection,
         chunk_size: int,
         preload_nchunks: int,
         batch_size: int,
@@ -500,7 +511,9 @@ class ChunkSampler(ElasticBatchSampler):
         micro_batch_size: int | None = None,
         rank_fn: RankProvider | None = None,
     ) -> None:
-        # Checked here so that messages name this class's arguments.
+        # Checked here so that messages name this class's arguments. A
+        # selection goes on to the plan: its chunks are chunks of the store.
+        space = num_samples if isinstance(num_samples, Selection) else None
         num_samples = _num_samples_of(num_samples, "num_samples")
         batch_size = int_arg(batch_size, "batch_size", 1, MAX_SAMPLES)
         # Required here (None would fall back to ElasticBatchSampler's default).
@@ -510,7 +523,7 @@ class ChunkSampler(ElasticBatchSampler):
         if micro_batch_size is None:
             micro_batch_size = -(-batch_size // num_replicas)
         super().__init__(
-            num_samples,
+            num_samples if space is None else space,
             batch_size,
             micro_batch_size,
             num_replicas=num_replicas,

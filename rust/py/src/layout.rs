@@ -197,6 +197,7 @@ impl PlanLayout {
             py,
             &self.layout,
             (step, rank, world_size, micro_batch_size, ids),
+            n,
             |position| Ok(filler.unwrap_or(position) as i64),
         )
     }
@@ -305,12 +306,13 @@ pub fn split_step<'py>(
     py: Python<'py>,
     layout: &Layout,
     (step, rank, world_size, micro_batch_size, ids): SplitArgs<'_, 'py>,
+    id_bound: u64,
     filler_id: impl FnOnce(u64) -> epochplan_core::Result<i64>,
 ) -> PyResult<Bound<'py, PyList>> {
     let step = step_arg(step, layout.num_steps(), false)?;
     let (rank, w) = rank_args(rank, world_size)?;
     let b = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
-    let ids = sample_ids_arg(ids, "ids", layout.num_samples())?;
+    let ids = sample_ids_arg(ids, "ids", id_bound)?;
     let batches = layout.split_step(step, rank, w, b, &ids, filler_id).py()?;
     batch_list(py, batches)
 }

@@ -5,12 +5,15 @@ use crate::args::{
     Keyword, MAX_I64, MAX_U64,
 };
 use crate::errors::IntoPyResult;
+use crate::space::Selection;
+use epochplan_core::space::Selection as CoreSelection;
 use epochplan_core::split::{split_range as core_split_range, SplitMode};
 use epochplan_core::{parallel, Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyString, PyTuple};
+use std::sync::Arc;
 
 /// Parses `kind` (+ the chunked parameters) from Python arguments.
 pub fn kind_arg(
@@ -71,8 +74,13 @@ pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
 /// Index it like an array: ``p[i]``, ``p[a:b:c]`` and ``p.take(positions)``
 /// give ints and int64 arrays; ``np.asarray(p)`` lists every id.
 ///
+/// Over a :class:`Selection` ``sel``, position ``i`` holds
+/// ``sel[order[i]]``: a permutation of the selected ids, as
+/// ``EpochPlan(sel, ...)`` orders them.
+///
 /// Args:
-///     num_samples: N; the ids are 0 .. N-1 (int in [0, 2**63 - 1]).
+///     num_samples: N; the ids are 0 .. N-1 (int in [0, 2**63 - 1]); or a
+///         Selection, whose ids are permuted.
 ///     seed: the run's seed (int in [0, 2**64 - 1]).
 ///     epoch: the epoch (int in [0, 2**64 - 1]). Every (seed, epoch) pair
 ///         keys its own order, unrelated to the others.
@@ -104,11 +112,26 @@ pub struct Permutation {
     order: Order,
     seed: u64,
     epoch: u64,
+    /// The selection whose ids are permuted (None: `range(N)`).
+    selection: Option<Py<Selection>>,
 }
 
 impl Permutation {
     fn array<'py>(py: Python<'py>, ids: Vec<i64>) -> Bound<'py, PyArray1<i64>> {
         ids.into_pyarray(py)
+    }
+
+    /// The core selection, if any.
+    fn core_selection(&self) -> Option<&Arc<CoreSelection>> {
+        self.selection.as_ref().map(|s| s.get().core())
+    }
+
+    /// Maps the order's ids through the selection, in place.
+    fn select(&self, ids: &mut [i64]) -> epochplan_core::Result<()> {
+        match self.core_selection() {
+            Some(sel) => sel.map_in_place(ids),
+            None => Ok(()),
+        }
     }
 }
 
@@ -129,8 +152,16 @@ impl Permutation {
         chunk_size: Option<&Bound<'_, PyAny>>,
         preload_nchunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let selection = num_samples
+            .cast::<Selection>()
+            .ok()
+            .map(|s| s.clone().unbind());
+        let count = match &selection {
+            Some(s) => s.get().core().len().into_pyobject(py)?.into_any(),
+            None => num_samples.clone(),
+        };
         let (n, seed, epoch, kind) = order_args(
-            num_samples,
+            &count,
             &seed,
             &epoch,
             &kind,
@@ -139,13 +170,24 @@ impl Permutation {
             "cipher",
         )?;
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
-        Ok(Self { order, seed, epoch })
+        Ok(Self {
+            order,
+            seed,
+            epoch,
+            selection,
+        })
     }
 
     /// The number of samples.
     #[getter]
     fn num_samples(&self) -> u64 {
         self.order.len()
+    }
+
+    /// The Selection whose ids are permuted, or None (``range(num_samples)``).
+    #[getter]
+    fn selection<'py>(&self, py: Python<'py>) -> Option<Bound<'py, Selection>> {
+        self.selection.as_ref().map(|s| s.bind(py).clone())
     }
 
     /// The seed the order is keyed by.
@@ -183,8 +225,21 @@ impl Permutation {
     }
 
     /// `id in p`: a bijection of `range(N)` holds exactly the ints in
-    /// `[0, N)` (O(1); without it `in` would scan every position).
+    /// `[0, N)` (O(1); without it `in` would scan every position); one of a
+    /// selection, exactly its ids.
     fn __contains__(&self, value: &Bound<'_, PyAny>) -> bool {
+        if let Some(sel) = self.core_selection() {
+            return value
+                .extract::<i128>()
+                .ok()
+                .or_else(|| {
+                    let v = value.extract::<f64>().ok()?;
+                    (v.fract() == 0.0 && v.abs() < 1e19).then_some(v as i128)
+                })
+                .is_some_and(|v| {
+                    (0..i128::from(sel.num_samples())).contains(&v) && sel.contains(v as u64)
+                });
+        }
         let n = self.order.len();
         if let Ok(v) = value.extract::<i128>() {
             return (0..i128::from(n)).contains(&v);
@@ -207,8 +262,12 @@ impl Permutation {
             let ids = if count == 0 {
                 Vec::new()
             } else {
-                py.detach(|| self.order.range(start as u64, step, count))
-                    .py()?
+                py.detach(|| {
+                    let mut ids = self.order.range(start as u64, step, count)?;
+                    self.select(&mut ids)?;
+                    Ok::<_, epochplan_core::Error>(ids)
+                })
+                .py()?
             };
             return Ok(Self::array(py, ids).into_any());
         }
@@ -217,7 +276,11 @@ impl Permutation {
             return self.take(py, key);
         }
         let pos = position_arg(key, n, "Permutation")?;
-        Ok(self.order.get(pos).py()?.into_pyobject(py)?.into_any())
+        let mut id = self.order.get(pos).py()?;
+        if let Some(sel) = self.core_selection() {
+            id = sel.get(id).py()?;
+        }
+        Ok(id.into_pyobject(py)?.into_any())
     }
 
     /// The ids at an array of positions (any integer array, any shape;
@@ -230,7 +293,11 @@ impl Permutation {
         positions: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (mut values, shape) = positions_arg(positions, "positions", self.order.len())?;
-        py.detach(|| self.order.map_in_place(&mut values));
+        py.detach(|| {
+            self.order.map_in_place(&mut values);
+            self.select(&mut values)
+        })
+        .py()?;
         let ids = Self::array(py, values).into_any();
         if shape.is_empty() {
             // A scalar position gives a scalar id, as numpy's take does.
@@ -256,7 +323,13 @@ impl Permutation {
                 ));
             }
         }
-        let ids = py.detach(|| self.order.to_vec()).py()?;
+        let ids = py
+            .detach(|| {
+                let mut ids = self.order.to_vec()?;
+                self.select(&mut ids)?;
+                Ok::<_, epochplan_core::Error>(ids)
+            })
+            .py()?;
         let arr = Self::array(py, ids).into_any();
         match dtype {
             Some(d) if !d.is_none() => arr.call_method1("astype", (d,)),
@@ -275,7 +348,11 @@ impl Permutation {
         let (chunk, preload_nchunks) = kind_params(self.order.kind());
         kwargs.set_item("chunk_size", chunk)?;
         kwargs.set_item("preload_nchunks", preload_nchunks)?;
-        Ok((PyTuple::new(py, [self.order.len()])?, kwargs))
+        let first = match &self.selection {
+            Some(s) => s.bind(py).clone().into_any(),
+            None => self.order.len().into_pyobject(py)?.into_any(),
+        };
+        Ok((PyTuple::new(py, [first])?, kwargs))
     }
 
     fn __repr__(&self) -> String {
@@ -283,9 +360,12 @@ impl Permutation {
             (Some(c), Some(w)) => format!(", chunk_size={c}, preload_nchunks={w}"),
             _ => String::new(),
         };
+        let over = match self.core_selection() {
+            Some(sel) => format!("<Selection of {} ids>", sel.len()),
+            None => self.order.len().to_string(),
+        };
         format!(
-            "Permutation(num_samples={}, seed={}, epoch={}, kind='{}'{extra})",
-            self.order.len(),
+            "Permutation(num_samples={over}, seed={}, epoch={}, kind='{}'{extra})",
             self.seed,
             self.epoch,
             self.order.kind().name()

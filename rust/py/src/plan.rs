@@ -10,6 +10,7 @@ use crate::permutation::{kind_params, order_args};
 use epochplan_core::dealing::{Dealing, SampleLengths, StepSamples};
 use epochplan_core::layout::MicroBatch;
 use epochplan_core::plan::Plan;
+use epochplan_core::space::Space;
 use epochplan_core::tokens::{Caps, Cost, Normalization, StepShares};
 use epochplan_core::Layout;
 use epochplan_core::{Kind, Order};
@@ -20,9 +21,20 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::{Arc, OnceLock};
 
 mod micro;
+mod space;
 mod state;
 
 pub use micro::MicroBatches;
+use space::{Given, PlanSpace};
+
+/// A token plan's optional arguments: lengths, loss_tokens, cost and
+/// loss_normalization.
+type TokenArgs<'a, 'py> = (
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+);
 
 /// How micro-batches are capped: by samples (a plan without lengths) or
 /// by samples and/or tokens (a token plan).
@@ -112,6 +124,8 @@ pub struct EpochPlan {
     order: Arc<OnceLock<Order>>,
     /// A token plan's arrays (shared with the plans `at_step` makes).
     tokens: Option<Arc<TokenArrays>>,
+    /// The index space (shared with the plans `at_step` makes).
+    space: Arc<PlanSpace>,
 }
 
 impl EpochPlan {
@@ -128,7 +142,125 @@ impl EpochPlan {
 
     /// The layout and the order as one core plan (the order shared, not copied).
     fn plan(&self, py: Python<'_>) -> PyResult<Plan> {
-        Plan::from_parts(self.layout, self.order(py)?.clone()).py()
+        Plan::from_parts(self.layout, self.order(py)?.clone())
+            .and_then(|p| p.with_space(self.space.space.clone()))
+            .py()
+    }
+
+    /// The plan of `given` (an int or an index space; a mixture continues
+    /// its sources from `consumed` when given), the other arguments as
+    /// `EpochPlan(...)` takes them.
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        py: Python<'_>,
+        given: &Given,
+        consumed: Option<Vec<u64>>,
+        global_batch_size: &Bound<'_, PyAny>,
+        seed: Keyword<'_>,
+        epoch: Keyword<'_>,
+        kind: Keyword<'_>,
+        drop_last: Keyword<'_>,
+        cursor: Keyword<'_>,
+        chunk_size: Option<&Bound<'_, PyAny>>,
+        preload_nchunks: Option<&Bound<'_, PyAny>>,
+        tokens: TokenArgs<'_, '_>,
+    ) -> PyResult<Self> {
+        let positions = match given {
+            Given::Range(n) => *n,
+            Given::Selection(sel) => sel.bind(py).len()? as u64,
+            Given::Mixture { mixture, .. } => mixture.bind(py).len()? as u64,
+        };
+        // A mixture's epoch keeps its stratified arrangement (each step
+        // shuffled before dealing): its order is the identity. The default
+        // kind of every API, "cipher", is taken for it too.
+        let mut kind = kind;
+        if given.is_mixture() {
+            if let Some(k) = kind.given() {
+                match k.extract::<String>().ok().as_deref() {
+                    Some("identity") | Some("cipher") => kind = Keyword::Omitted,
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
+                            "kind does not apply to a plan over a Mixture, got kind={}: its \
+                             epoch keeps the mixture's stratified arrangement (each step \
+                             shuffled before dealing); leave kind at its default",
+                            k.repr()?
+                        )))
+                    }
+                }
+            }
+        }
+        let default_kind = if given.is_mixture() {
+            "identity"
+        } else {
+            "cipher"
+        };
+        let (n, seed, epoch_number, kind) = order_args(
+            &positions.into_pyobject(py)?.into_any(),
+            &seed,
+            &epoch,
+            &kind,
+            chunk_size,
+            preload_nchunks,
+            default_kind,
+        )?;
+        let epoch_number = match (given.fixed_epoch(), epoch.given()) {
+            (Some(fixed), Some(_)) if fixed != epoch_number => {
+                return Err(PyValueError::new_err(format!(
+                    "epoch must be the MixtureEpoch's ({fixed}), got {epoch_number}: give the \
+                     Mixture to plan another epoch"
+                )))
+            }
+            (Some(fixed), _) => fixed,
+            (None, _) => epoch_number,
+        };
+        let space = PlanSpace::new(py, given, seed, epoch_number, consumed)?;
+        let store = space.space.store_size(n);
+        let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
+        let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
+        let mut layout = Layout::new(n, g, drop_last, cursor).py()?;
+        let (lengths, loss_tokens, cost, loss_normalization) = tokens;
+        let cost = cost_arg(cost)?;
+        let normalization = normalization_arg(loss_normalization)?;
+        let tokens = match lengths.filter(|l| !l.is_none()) {
+            Some(lengths) => {
+                let arrays =
+                    TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), store)?;
+                let dealing = Dealing::Balanced {
+                    cost: cost.unwrap_or(Cost::Tokens),
+                };
+                let normalization = normalization.unwrap_or(Normalization::Tokens);
+                layout = layout.with_dealing(dealing, normalization).py()?;
+                Some(Arc::new(arrays))
+            }
+            None => {
+                for (name, given) in [
+                    ("loss_tokens", loss_tokens.is_some_and(|l| !l.is_none())),
+                    ("loss_normalization", normalization.is_some()),
+                    ("cost", cost.is_some_and(|c| c != Cost::Tokens)),
+                ] {
+                    if given {
+                        return Err(PyValueError::new_err(format!(
+                            "{name} needs lengths: give lengths= (tokens per sample) too"
+                        )));
+                    }
+                }
+                None
+            }
+        };
+        let order = Arc::new(OnceLock::new());
+        if kind != Kind::Uniform {
+            // O(1) to build: built now, so that every error comes from here.
+            let _ = order.set(Order::new(n, seed, epoch_number, kind).py()?);
+        }
+        Ok(Self {
+            layout,
+            seed,
+            epoch: epoch_number,
+            kind,
+            order,
+            tokens,
+            space: Arc::new(space),
+        })
     }
 
     /// The caps of `micro_batch_size` and `max_tokens` for this plan.
@@ -254,58 +386,22 @@ impl EpochPlan {
         cost: Option<&Bound<'_, PyAny>>,
         loss_normalization: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let (n, seed, epoch, kind) = order_args(
-            num_samples,
-            &seed,
-            &epoch,
-            &kind,
-            chunk_size,
-            preload_nchunks,
-            "cipher",
-        )?;
-        let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
-        let mut layout = Layout::new(n, g, drop_last, cursor).py()?;
-        let cost = cost_arg(cost)?;
-        let normalization = normalization_arg(loss_normalization)?;
-        let tokens = match lengths.filter(|l| !l.is_none()) {
-            Some(lengths) => {
-                let arrays = TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), n)?;
-                let dealing = Dealing::Balanced {
-                    cost: cost.unwrap_or(Cost::Tokens),
-                };
-                let normalization = normalization.unwrap_or(Normalization::Tokens);
-                layout = layout.with_dealing(dealing, normalization).py()?;
-                Some(Arc::new(arrays))
-            }
-            None => {
-                for (name, given) in [
-                    ("loss_tokens", loss_tokens.is_some_and(|l| !l.is_none())),
-                    ("loss_normalization", normalization.is_some()),
-                    ("cost", cost.is_some_and(|c| c != Cost::Tokens)),
-                ] {
-                    if given {
-                        return Err(PyValueError::new_err(format!(
-                            "{name} needs lengths: give lengths= (tokens per sample) too"
-                        )));
-                    }
-                }
-                None
-            }
-        };
-        let order = Arc::new(OnceLock::new());
-        if kind != Kind::Uniform {
-            // O(1) to build: built now, so that every error comes from here.
-            let _ = order.set(Order::new(n, seed, epoch, kind).py()?);
-        }
-        Ok(Self {
-            layout,
+        let py = num_samples.py();
+        let given = Given::parse(num_samples)?;
+        Self::build(
+            py,
+            &given,
+            None,
+            global_batch_size,
             seed,
             epoch,
             kind,
-            order,
-            tokens,
-        })
+            drop_last,
+            cursor,
+            chunk_size,
+            preload_nchunks,
+            (lengths, loss_tokens, cost, loss_normalization),
+        )
     }
 
     /// The plan's lengths (tokens per sample, the array given), or None.
@@ -457,6 +553,39 @@ impl EpochPlan {
         Ok(ids.into_pyarray(py))
     }
 
+    /// The source of each of rank `rank`'s samples in step `step`, in the
+    /// order of ``step_indices`` (int64 array): the mixture's source number
+    /// for a plan over a Mixture (for per-source loss logging), 0 for any
+    /// other plan.
+    fn sources<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+        rank: &Bound<'py, PyAny>,
+        world_size: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let step = step_arg(step, self.layout.num_steps(), false)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        let plan = self.plan(py)?;
+        let sources = if self.tokens.is_some() {
+            // The dealing picks the step's samples by their place in it:
+            // the same picks from the step's sources give theirs.
+            let (mut samples, shares) = self.shares(py, &plan, step, w)?;
+            samples.ids = py.detach(|| plan.step_position_sources(step)).py()?;
+            self.layout.dealt_ids(&samples, &shares, rank).py()?
+        } else {
+            py.detach(|| plan.step_sources(step, rank, w)).py()?
+        };
+        Ok(sources.into_pyarray(py))
+    }
+
+    /// The plan's index space: the Selection or MixtureEpoch it permutes,
+    /// or None for ``range(num_samples)``.
+    #[getter]
+    fn space<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.space.object.as_ref().map(|o| o.bind(py).clone())
+    }
+
     /// All of rank `rank`'s sample ids from start_step on, in step order.
     fn rank_indices<'py>(
         &self,
@@ -573,8 +702,8 @@ impl EpochPlan {
             let step = step_arg(step, self.layout.num_steps(), false)?;
             let (rank, w) = rank_args(rank, world_size)?;
             let caps = self.caps(Some(micro_batch_size), max_tokens)?;
-            let given = sample_ids_arg(ids, "ids", self.layout.num_samples())?;
             let plan = self.plan(py)?;
+            let given = sample_ids_arg(ids, "ids", plan.store_size())?;
             let batches = self.step_batches(py, &plan, step, rank, w, caps)?;
             let (samples, shares) = self.shares(py, &plan, step, w)?;
             let share = self.layout.dealt_ids(&samples, &shares, rank).py()?;
@@ -590,12 +719,13 @@ impl EpochPlan {
         if max_tokens.is_some_and(|m| !m.is_none()) {
             samples_cap_arg(None, max_tokens)?;
         }
-        let order = self.order(py)?;
+        let plan = self.plan(py)?;
         layout::split_step(
             py,
             &self.layout,
             (step, rank, world_size, micro_batch_size, ids),
-            |position| Ok(order.get(position)? as i64),
+            plan.store_size(),
+            |position| plan.id_at(position),
         )
     }
 
@@ -643,6 +773,7 @@ impl EpochPlan {
             kind: self.kind,
             order: Arc::clone(&self.order),
             tokens: self.tokens.clone(),
+            space: Arc::clone(&self.space),
         })
     }
 
@@ -656,14 +787,15 @@ impl EpochPlan {
     /// needs its arrays again (``lengths=``, ``loss_tokens=``): the state
     /// holds their digests and refuses other arrays.
     #[classmethod]
-    #[pyo3(signature = (state, *, lengths = None, loss_tokens = None))]
+    #[pyo3(signature = (state, *, space = None, lengths = None, loss_tokens = None))]
     fn from_state_dict(
         cls: &Bound<'_, pyo3::types::PyType>,
         state: &Bound<'_, PyAny>,
+        space: Option<&Bound<'_, PyAny>>,
         lengths: Option<&Bound<'_, PyAny>>,
         loss_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        state::from_dict(cls.py(), state, lengths, loss_tokens)
+        state::from_dict(cls.py(), state, space, lengths, loss_tokens)
     }
 
     fn __reduce__<'py>(
@@ -672,14 +804,19 @@ impl EpochPlan {
         let py = slf.py();
         let mut from_state = slf.get_type().getattr("from_state_dict")?;
         let state = slf.get().state_dict(py)?;
+        let kwargs = PyDict::new(py);
         if let Some(tokens) = &slf.get().tokens {
             // The arrays travel beside the state (pickled as numpy pickles them).
-            let kwargs = PyDict::new(py);
             kwargs.set_item("lengths", tokens.lengths.bind(py))?;
             kwargs.set_item(
                 "loss_tokens",
                 tokens.loss_tokens.as_ref().map(|l| l.bind(py)),
             )?;
+        }
+        if let Some(space) = &slf.get().space.object {
+            kwargs.set_item("space", space.bind(py))?;
+        }
+        if !kwargs.is_empty() {
             from_state = py
                 .import("functools")?
                 .getattr("partial")?
@@ -714,9 +851,18 @@ impl EpochPlan {
             }
             _ => extra,
         };
+        let space = match &self.space.space {
+            Space::Range => String::new(),
+            Space::Selection(s) => format!(", space=<Selection of {} ids>", s.len()),
+            Space::Mixture { epoch, .. } => format!(
+                ", space=<MixtureEpoch of {} sources, {} ids>",
+                epoch.mixture().num_sources(),
+                epoch.len()
+            ),
+        };
         format!(
-            "EpochPlan(num_samples={}, global_batch_size={}, seed={}, epoch={}, kind='{}'{extra}, \
-             drop_last={}, cursor={}, num_steps={})",
+            "EpochPlan(num_samples={}, global_batch_size={}, seed={}, epoch={}, kind='{}'{extra}\
+             {space}, drop_last={}, cursor={}, num_steps={})",
             p.num_samples(),
             p.global_batch_size(),
             self.seed,

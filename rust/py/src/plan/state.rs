@@ -1,5 +1,6 @@
 //! A plan's state dict: what it holds and how a plan is made from one.
 
+use super::space::Given;
 use super::EpochPlan;
 use crate::args::{bool_arg, int_arg, opt_int_arg, str_arg, Keyword, MAX_I64, MAX_U64};
 use crate::lengths::cost_value;
@@ -24,6 +25,10 @@ const STATE_KEYS: [&str; 10] = [
     "cursor",
 ];
 
+/// The key a plan over an index space adds: the space's form, digest and
+/// (a mixture) each source's consumed count.
+const SPACE_KEY: &str = "space";
+
 /// The keys a token plan's state adds.
 const TOKEN_KEYS: [&str; 4] = [
     "cost",
@@ -45,6 +50,9 @@ pub(super) fn to_dict<'py>(plan: &EpochPlan, py: Python<'py>) -> PyResult<Bound<
     d.set_item("preload_nchunks", preload_nchunks)?;
     d.set_item("drop_last", plan.layout.drop_last())?;
     d.set_item("cursor", plan.layout.cursor())?;
+    if let Some(space) = plan.space.state(py)? {
+        d.set_item(SPACE_KEY, space)?;
+    }
     if let (Some(tokens), Dealing::Balanced { cost }) = (&plan.tokens, plan.layout.dealing()) {
         let (lengths, loss) = tokens.digests(py)?;
         d.set_item("cost", cost_value(py, cost)?)?;
@@ -62,6 +70,7 @@ pub(super) fn to_dict<'py>(plan: &EpochPlan, py: Python<'py>) -> PyResult<Bound<
 pub(super) fn from_dict(
     py: Python<'_>,
     state: &Bound<'_, PyAny>,
+    space: Option<&Bound<'_, PyAny>>,
     lengths: Option<&Bound<'_, PyAny>>,
     loss_tokens: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<EpochPlan> {
@@ -77,7 +86,8 @@ pub(super) fn from_dict(
     })?;
     for key in d.keys() {
         let k: String = key.extract().unwrap_or_default();
-        if !STATE_KEYS.contains(&k.as_str()) && !TOKEN_KEYS.contains(&k.as_str()) {
+        if !STATE_KEYS.contains(&k.as_str()) && !TOKEN_KEYS.contains(&k.as_str()) && k != SPACE_KEY
+        {
             return Err(PyValueError::new_err(format!(
                 "state has an unknown key {key}"
             )));
@@ -156,8 +166,58 @@ pub(super) fn from_dict(
     // What the constructor checks across keys (the kind's name, a cursor
     // off the step boundaries) says it is about the state.
     let in_state = |e: PyErr| PyErr::from_type(e.get_type(py), format!("state: {}", e.value(py)));
-    EpochPlan::new(
-        &get("num_samples")?,
+    let saved_space = d.get_item(SPACE_KEY)?;
+    let space = space.filter(|s| !s.is_none());
+    let (space_given, consumed) = match (&saved_space, space) {
+        (Some(saved), Some(space)) => {
+            let given = Given::parse(space)
+                .map_err(|e| PyErr::from_type(e.get_type(py), format!("space: {}", e.value(py))))?;
+            if matches!(given, Given::Range(_)) {
+                return Err(PyValueError::new_err(
+                    "space must be the Selection or Mixture the plan had, got an int",
+                ));
+            }
+            let consumed = match saved.cast::<PyDict>()?.get_item("consumed")? {
+                Some(c) if given.is_mixture() => Some(
+                    c.try_iter()?
+                        .enumerate()
+                        .map(|(k, v)| {
+                            int_arg(&v?, &format!("state['space']['consumed'][{k}]"), 0, MAX_U64)
+                        })
+                        .collect::<PyResult<Vec<u64>>>()?,
+                ),
+                _ => None,
+            };
+            let want = int_arg(&get("num_samples")?, "state['num_samples']", 0, MAX_I64)?;
+            let len = space.len()? as u64;
+            if len != want {
+                return Err(PyValueError::new_err(format!(
+                    "space differs from the state's: it has {len} ids, the state's plan {want}"
+                )));
+            }
+            (given, consumed)
+        }
+        (Some(saved), None) => {
+            return Err(PyValueError::new_err(format!(
+                "space must be given: the state is of a plan over a {} (give space= the \
+                 Selection or Mixture it had)",
+                saved
+                    .get_item("kind")
+                    .map(|k| k.to_string())
+                    .unwrap_or_else(|_| "index space".into())
+            )))
+        }
+        (None, Some(_)) => {
+            return Err(PyValueError::new_err(
+                "space must be None: the state is of a plan over range(num_samples)",
+            ))
+        }
+        (None, None) => (Given::parse(&get("num_samples")?)?, None),
+    };
+    EpochPlan::build(
+        py,
+        &space_given,
+        consumed,
         &get("global_batch_size")?,
         given("seed")?,
         given("epoch")?,
@@ -166,13 +226,13 @@ pub(super) fn from_dict(
         given("cursor")?,
         Some(&chunk_size),
         Some(&preload_nchunks),
-        lengths,
-        loss_tokens,
-        cost.as_ref(),
-        normalization.as_ref(),
+        (lengths, loss_tokens, cost.as_ref(), normalization.as_ref()),
     )
     .map_err(in_state)
     .and_then(|plan| {
+        if let Some(saved) = &saved_space {
+            plan.space.check_state(py, saved)?;
+        }
         if let Some(tokens) = &plan.tokens {
             let (lengths, loss) = tokens.digests(py)?;
             let saved: String = get("lengths_digest")?.extract()?;

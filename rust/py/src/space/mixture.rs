@@ -35,7 +35,7 @@ fn sources_arg(sources: &Bound<'_, PyAny>) -> PyResult<(Sources, Vec<Py<PyAny>>)
     for (i, item) in items.enumerate() {
         let item = item?;
         if let Ok(sel) = item.cast::<Selection>() {
-            sels.push((i, sel.get().sel.clone()));
+            sels.push((i, (*sel.get().sel).clone()));
         } else {
             let name = format!("sources[{i}]");
             match int_value(&item, &name) {
@@ -401,10 +401,19 @@ pub struct MixtureEpoch {
 }
 
 impl MixtureEpoch {
-    /// The core epoch (for the plans that will take one).
-    #[allow(dead_code)]
+    /// The core epoch (for the plans over it).
     pub fn core(&self) -> &CoreEpoch {
         &self.inner
+    }
+
+    /// The epoch's number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The mixture it is an epoch of.
+    pub fn source_mixture(&self) -> &Py<Mixture> {
+        &self.mixture
     }
 }
 

@@ -13,7 +13,7 @@ use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PySlice, PyTuple};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The ids of an int64 C-contiguous numpy array, read in place.
 ///
@@ -190,14 +190,30 @@ fn indices_arg(obj: &Bound<'_, PyAny>, num_samples: u64) -> PyResult<SharedIds> 
 #[pyclass(module = "epochplan._native", frozen)]
 #[derive(Debug)]
 pub struct Selection {
-    pub(super) sel: CoreSelection,
+    pub(super) sel: Arc<CoreSelection>,
+    /// The selection's digest, computed when a plan's state first needs it
+    /// (O(ids) for an id array).
+    digest: OnceLock<String>,
 }
 
 impl Selection {
-    /// The core selection (for the plans and samplers that will take one).
-    #[allow(dead_code)]
-    pub fn core(&self) -> &CoreSelection {
+    pub(super) fn wrap(sel: CoreSelection) -> Self {
+        Selection {
+            sel: Arc::new(sel),
+            digest: OnceLock::new(),
+        }
+    }
+
+    /// The core selection, shared (by the plans over it).
+    pub fn core(&self) -> &Arc<CoreSelection> {
         &self.sel
+    }
+
+    /// The selection's digest (see `epochplan_core::space::digest`).
+    pub fn digest(&self, py: Python<'_>) -> String {
+        self.digest
+            .get_or_init(|| py.detach(|| self.sel.digest()))
+            .clone()
     }
 
     fn set_op(
@@ -224,7 +240,7 @@ impl Selection {
             )));
         }
         let sel = py.detach(|| f(&self.sel, &other.sel)).py()?;
-        Ok(Selection { sel })
+        Ok(Selection::wrap(sel))
     }
 
     /// Whether two selections hold the same ids in the same order, compared
@@ -307,9 +323,7 @@ impl Selection {
         for (i, item) in items.enumerate() {
             pairs.push(range_item(&item?, i, n)?);
         }
-        Ok(Selection {
-            sel: CoreSelection::from_ranges(&pairs, n).py()?,
-        })
+        Ok(Selection::wrap(CoreSelection::from_ranges(&pairs, n).py()?))
     }
 
     /// The ids ``i`` with ``mask[i]``, of a store of ``len(mask)`` ids
@@ -356,7 +370,7 @@ impl Selection {
         let read = arr.readonly();
         let bits = read.as_slice()?;
         let sel = py.detach(|| CoreSelection::from_mask(bits)).py()?;
-        Ok(Selection { sel })
+        Ok(Selection::wrap(sel))
     }
 
     /// The ids ``ids``, in this order, of a store of ``num_samples`` ids.
@@ -391,7 +405,7 @@ impl Selection {
         let sel = py
             .detach(|| CoreSelection::from_shared_indices(shared, n))
             .py()?;
-        Ok(Selection { sel })
+        Ok(Selection::wrap(sel))
     }
 
     /// A mask selection from its packed words (little-endian bytes of the
@@ -417,7 +431,7 @@ impl Selection {
         let sel = py
             .detach(|| CoreSelection::from_mask_words(words, n))
             .py()?;
-        Ok(Selection { sel })
+        Ok(Selection::wrap(sel))
     }
 
     /// Part ``[start, start + length)`` of the random split of a store, as
@@ -435,9 +449,7 @@ impl Selection {
         let start = int_arg(start, "start", 0, n)?;
         let len = int_arg(length, "length", 0, n - start)?;
         let mut parts = core_space::random_split(n, &[start, len, n - start - len], seed).py()?;
-        Ok(Selection {
-            sel: parts.swap_remove(1),
-        })
+        Ok(Selection::wrap(parts.swap_remove(1)))
     }
 
     /// The store's size: every id is below it.
@@ -480,7 +492,7 @@ impl Selection {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        getitem(py, &self.sel, key, "Selection")
+        getitem(py, &*self.sel, key, "Selection")
     }
 
     /// The ids at an array of positions (any integer array, any shape;
@@ -498,7 +510,7 @@ impl Selection {
         py: Python<'py>,
         positions: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        take(py, &self.sel, positions)
+        take(py, &*self.sel, positions)
     }
 
     /// The selection as a bool array of the store's size (True for every
@@ -541,7 +553,7 @@ impl Selection {
         dtype: Option<&Bound<'py, PyAny>>,
         copy: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        to_array(py, &self.sel, "Selection", dtype, copy)
+        to_array(py, &*self.sel, "Selection", dtype, copy)
     }
 
     fn __and__(&self, py: Python<'_>, other: PyRef<'_, Selection>) -> PyResult<Selection> {
@@ -566,7 +578,7 @@ impl Selection {
             )));
         }
         let sel = py.detach(|| self.sel.complement()).py()?;
-        Ok(Selection { sel })
+        Ok(Selection::wrap(sel))
     }
 
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

@@ -128,5 +128,5 @@ pub fn random_split(
         core_space::split_sizes(n, &fractions).map_err(as_parts_error)?
     };
     let parts = core_space::random_split(n, &sizes, seed).map_err(as_parts_error)?;
-    Ok(parts.into_iter().map(|sel| Selection { sel }).collect())
+    Ok(parts.into_iter().map(Selection::wrap).collect())
 }

@@ -1,0 +1,175 @@
+//! The index space of a plan, as `EpochPlan`'s first argument gives it: an
+//! int `N`, a `Selection`, a `Mixture` (its epoch `epoch`) or one
+//! `MixtureEpoch`; and what a state records of it.
+
+use crate::args::{int_arg, MAX_I64};
+use crate::space::{Mixture, MixtureEpoch, Selection};
+use epochplan_core::space::Space;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::Arc;
+
+/// What was given as a plan's space.
+#[derive(Debug)]
+pub(crate) enum Given {
+    /// `0..N`.
+    Range(u64),
+    Selection(Py<Selection>),
+    /// A mixture, or one epoch of one (which fixes its `consumed`).
+    Mixture {
+        mixture: Py<Mixture>,
+        epoch: Option<Py<MixtureEpoch>>,
+    },
+}
+
+impl Given {
+    /// Reads `num_samples`: an int or an index space, named in errors.
+    pub(crate) fn parse(num_samples: &Bound<'_, PyAny>) -> PyResult<Given> {
+        if let Ok(sel) = num_samples.cast::<Selection>() {
+            return Ok(Given::Selection(sel.clone().unbind()));
+        }
+        if let Ok(mixture) = num_samples.cast::<Mixture>() {
+            return Ok(Given::Mixture {
+                mixture: mixture.clone().unbind(),
+                epoch: None,
+            });
+        }
+        if let Ok(epoch) = num_samples.cast::<MixtureEpoch>() {
+            return Ok(Given::Mixture {
+                mixture: epoch.get().source_mixture().clone_ref(num_samples.py()),
+                epoch: Some(epoch.clone().unbind()),
+            });
+        }
+        Ok(Given::Range(int_arg(
+            num_samples,
+            "num_samples",
+            0,
+            MAX_I64,
+        )?))
+    }
+
+    /// Whether the space is a mixture (its plans keep its arrangement).
+    pub(crate) fn is_mixture(&self) -> bool {
+        matches!(self, Given::Mixture { .. })
+    }
+
+    /// The epoch a given `MixtureEpoch` fixes.
+    pub(crate) fn fixed_epoch(&self) -> Option<u64> {
+        match self {
+            Given::Mixture { epoch: Some(e), .. } => Some(e.get().number()),
+            _ => None,
+        }
+    }
+}
+
+/// A plan's index space: the core's, and the Python object it came from.
+#[derive(Debug)]
+pub(crate) struct PlanSpace {
+    pub(crate) space: Space,
+    /// The `Selection` or `MixtureEpoch` (None for `0..N`).
+    pub(crate) object: Option<Py<PyAny>>,
+}
+
+impl PlanSpace {
+    /// The space of `given` for the plan's `(seed, epoch)`; `consumed`
+    /// continues a mixture's sources (a state's).
+    pub(crate) fn new(
+        py: Python<'_>,
+        given: &Given,
+        seed: u64,
+        epoch: u64,
+        consumed: Option<Vec<u64>>,
+    ) -> PyResult<PlanSpace> {
+        Ok(match given {
+            Given::Range(_) => PlanSpace {
+                space: Space::Range,
+                object: None,
+            },
+            Given::Selection(sel) => {
+                let core = Arc::clone(sel.get().core());
+                PlanSpace {
+                    space: Space::Selection(core),
+                    object: Some(sel.clone_ref(py).into_any()),
+                }
+            }
+            Given::Mixture {
+                mixture,
+                epoch: fixed,
+            } => {
+                let object: Py<MixtureEpoch> = match (fixed, consumed) {
+                    (Some(e), None) => e.clone_ref(py),
+                    (_, consumed) => mixture
+                        .bind(py)
+                        .call_method1("epoch", (epoch, consumed))?
+                        .cast_into::<MixtureEpoch>()?
+                        .unbind(),
+                };
+                let core = object.get().core().clone();
+                PlanSpace {
+                    space: Space::Mixture {
+                        epoch: Arc::new(core),
+                        seed,
+                        plan_epoch: epoch,
+                    },
+                    object: Some(object.into_any()),
+                }
+            }
+        })
+    }
+
+    /// The space's state: its form, digest and (a mixture) each source's
+    /// consumed count; None for `0..N`.
+    pub(crate) fn state<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(object) = &self.object else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        match &self.space {
+            Space::Selection(_) => {
+                let sel = object.bind(py).cast::<Selection>()?;
+                d.set_item("kind", "selection")?;
+                d.set_item("digest", sel.get().digest(py))?;
+            }
+            Space::Mixture { epoch, .. } => {
+                let epoch = Arc::clone(epoch);
+                d.set_item("kind", "mixture")?;
+                d.set_item("digest", py.detach(|| epoch.digest()))?;
+                d.set_item("consumed", epoch.consumed().to_vec())?;
+            }
+            Space::Range => return Ok(None),
+        }
+        Ok(Some(d))
+    }
+
+    /// Checks a state's record of the space (`state['space']`) against
+    /// this one.
+    pub(crate) fn check_state(&self, py: Python<'_>, saved: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mine = self.state(py)?;
+        let Some(mine) = mine else {
+            return Err(PyValueError::new_err(
+                "space must be given: the state is of a plan over an index space",
+            ));
+        };
+        let saved = saved.cast::<PyDict>().map_err(|_| {
+            PyValueError::new_err("state['space'] must be a dict of kind, digest (and consumed)")
+        })?;
+        for key in ["kind", "digest"] {
+            let want = mine.get_item(key)?;
+            let got = saved.get_item(key)?;
+            let same = match (&want, &got) {
+                (Some(a), Some(b)) => a.eq(b)?,
+                _ => false,
+            };
+            if !same {
+                return Err(PyValueError::new_err(format!(
+                    "space differs from the state's: its {key} is {}, the state's {}",
+                    want.map(|v| v.to_string()).unwrap_or_default(),
+                    got.map(|v| v.to_string())
+                        .unwrap_or_else(|| "missing".into())
+                )));
+            }
+        }
+        Ok(())
+    }
+}
