@@ -2,7 +2,8 @@
 # The packages users install. Builds the abi3 wheel for manylinux2014 (glibc
 # 2.17 and newer: RHEL/CentOS 7, Ubuntu 18.04 and every later cluster) with zig
 # as the linker, so that maturin's manylinux compliance check passes on it;
-# installs it with the torch extra into a fresh virtual environment whose PATH
+# installs it with the torch extra (torch itself taken from the calling
+# environment when it has it) into a fresh virtual environment whose PATH
 # has no cargo or rustc, and runs `epochplan plan`, .ci/wheel_smoke.py and the
 # golden vectors there (and the core on Python 3.10, the abi3 floor, where this
 # machine has it). Then builds the sdist and installs it from source, with
@@ -57,6 +58,16 @@ fi
 
 phase "fresh virtual environment: pip install the wheel with the torch extra"
 python3 -m venv "$work/venv"
+# torch (~3 GB, which PyPI serves without caching headers, so pip's cache
+# never keeps it) comes from the calling environment when it has it: a .pth
+# file puts that environment's site-packages after the venv's own, so the
+# wheel's epochplan is the one imported, and pip counts torch as installed
+# when it resolves the extra. Without such an environment, pip downloads it.
+site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+if outer=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null); then
+  echo "torch from $outer"
+  echo "$outer" >"$site/zz-outer-torch.pth"
+fi
 "$work/venv/bin/python" -m pip install -q "$wheel[torch]" pytest
 
 # Commands in that environment, from outside the checkout, with no Rust
@@ -72,6 +83,12 @@ for tool in cargo rustc rustup; do
   fi
 done
 echo "no cargo, rustc or rustup on PATH"
+
+imported=$(no_rust "$work/venv" python -c 'import epochplan; print(epochplan.__file__)')
+case "$imported" in
+  "$site"/*) echo "epochplan from the wheel: $imported" ;;
+  *) echo "epochplan is not imported from the wheel: $imported"; exit 1 ;;
+esac
 
 phase "wheel: epochplan plan -n 1e6"
 out=$(no_rust "$work/venv" epochplan plan -n 1e6)
