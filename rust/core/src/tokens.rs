@@ -93,7 +93,7 @@ mod micro;
 mod shares;
 
 pub use balance::{balance, greedy, spread, strided, Balance, CostValue, FloatLoad, Method};
-pub use micro::{deal_step, Caps, MicroBatchRef, MicroBatches, StepDealing};
+pub use micro::{cut_share, deal_step, Caps, MicroBatchRef, MicroBatches, ShareCuts, StepDealing};
 pub use shares::StepShares;
 
 use crate::error::{Error, Result};

@@ -147,20 +147,13 @@ impl StepDealing {
         // Next-fit over each share (sorted by length) under the caps.
         for r in 0..active {
             let share = shares.share_unchecked(r as u64);
-            let base = shares.start(r);
-            let (mut count, mut tokens) = (0u64, 0u128);
-            for (k, &i) in share.iter().enumerate() {
-                let length = u128::from(lengths[i]);
-                if count > 0 && !caps.allows(count + 1, tokens + length) {
-                    ends.push(base + k);
-                    (count, tokens) = (0, 0);
-                }
-                count += 1;
-                tokens += length;
-            }
-            if count > 0 {
-                ends.push(base + share.len());
-            }
+            next_fit(
+                share.len(),
+                |k| lengths[share[k]],
+                caps,
+                shares.start(r),
+                &mut ends,
+            );
             end_starts.push(ends.len());
         }
         let micro_batches = end_starts
@@ -175,16 +168,17 @@ impl StepDealing {
         split_starts.push(0);
         for r in 0..active {
             let share = shares.share_unchecked(r as u64);
-            let base = shares.start(r);
             let packed = &ends[end_starts[r]..end_starts[r + 1]];
-            let target = micro_batches.min(share.len());
-            if packed.len() >= target {
-                split_ends.extend_from_slice(packed);
-            } else if share.len() == target {
-                split_ends.extend((1..=share.len()).map(|k| base + k));
-            } else {
-                split(share, base, packed, lengths, target, &mut split_ends)?;
-            }
+            let length = |k: usize| lengths[share[k]];
+            let base = shares.start(r);
+            reach(
+                share.len(),
+                length,
+                base,
+                packed,
+                micro_batches,
+                &mut split_ends,
+            )?;
             split_starts.push(split_ends.len());
         }
         let filler = (0..lengths.len())
@@ -249,24 +243,103 @@ impl StepDealing {
     }
 }
 
-/// Splits the micro-batches `packed` (ends in the flat order, from `base`)
-/// of `share` until there are `target` (more than `packed.len()` and fewer
-/// than `share.len()`): the one with the most samples first (ties: the most
-/// tokens, then the earliest), into a first half of `ceil(k/2)` samples and
-/// a second of `floor(k/2)`. Appends the ends to `out`.
-fn split(
-    share: &[usize],
+/// Next-fit of a share of `count` samples (the `k`-th of `length(k)`
+/// tokens, in dealing order) under `caps`: appends the end of each run, plus
+/// `base`, to `out`. A sample over the token cap makes a run of its own.
+fn next_fit(
+    count: usize,
+    length: impl Fn(usize) -> u64,
+    caps: Caps,
+    base: usize,
+    out: &mut Vec<usize>,
+) {
+    let (mut samples, mut tokens) = (0u64, 0u128);
+    for k in 0..count {
+        let l = u128::from(length(k));
+        if samples > 0 && !caps.allows(samples + 1, tokens + l) {
+            out.push(base + k);
+            (samples, tokens) = (0, 0);
+        }
+        samples += 1;
+        tokens += l;
+    }
+    if samples > 0 {
+        out.push(base + count);
+    }
+}
+
+/// Brings a share of `count` samples, packed into the runs `packed` (ends
+/// from `base`), to `min(micro_batches, count)` micro-batches by splitting
+/// (see [`split`]); appends the ends to `out`. A share with as many runs or
+/// more keeps them.
+fn reach(
+    count: usize,
+    length: impl Fn(usize) -> u64,
     base: usize,
     packed: &[usize],
-    lengths: &[u64],
+    micro_batches: usize,
+    out: &mut Vec<usize>,
+) -> Result<()> {
+    let target = micro_batches.min(count);
+    if packed.len() >= target {
+        out.extend_from_slice(packed);
+    } else if count == target {
+        out.extend((1..=count).map(|k| base + k));
+    } else {
+        split(count, length, base, packed, target, out)?;
+    }
+    Ok(())
+}
+
+/// One rank's micro-batches of a step, cut from its own share alone: what
+/// a reader of plan files computes from the lengths of its ids (in dealing
+/// order) and the step's micro-batch count `M`, without the other ranks'
+/// samples. The same cuts as [`StepDealing`] makes for that rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareCuts {
+    /// The end of each real micro-batch in the share (the last is the
+    /// share's length); the rank's other `M - ends.len()` micro-batches are
+    /// fillers.
+    pub ends: Vec<usize>,
+    /// The runs of next-fit under the caps, before any split: the step's
+    /// `M` is the largest of these over all ranks (at least 1).
+    pub runs: usize,
+}
+
+/// Cuts a share whose samples have `lengths` tokens (in dealing order)
+/// into micro-batches under `caps`, split towards `micro_batches` (`M`).
+/// Lengths over the token cap are not refused here (each makes a run of
+/// its own, so a checker finds it); a share with more runs than `M` keeps
+/// them all (`ends.len() > M`), for the caller to refuse.
+pub fn cut_share(lengths: &[u64], caps: Caps, micro_batches: u64) -> Result<ShareCuts> {
+    let mut packed = vec_with_capacity(lengths.len(), "the share's micro-batches")?;
+    next_fit(lengths.len(), |k| lengths[k], caps, 0, &mut packed);
+    let runs = packed.len();
+    let m = usize::try_from(micro_batches).unwrap_or(usize::MAX);
+    let mut ends = vec_with_capacity(runs.max(m.min(lengths.len())), "the share's micro-batches")?;
+    reach(lengths.len(), |k| lengths[k], 0, &packed, m, &mut ends)?;
+    Ok(ShareCuts { ends, runs })
+}
+
+/// Splits the micro-batches `packed` (ends in the flat order, from `base`)
+/// of a share of `count` samples (the `k`-th of `length(k)` tokens) until
+/// there are `target` (more than `packed.len()` and fewer than `count`):
+/// the one with the most samples first (ties: the most tokens, then the
+/// earliest), into a first half of `ceil(k/2)` samples and a second of
+/// `floor(k/2)`. Appends the ends to `out`.
+fn split(
+    count: usize,
+    length: impl Fn(usize) -> u64,
+    base: usize,
+    packed: &[usize],
     target: usize,
     out: &mut Vec<usize>,
 ) -> Result<()> {
-    let mut prefix = vec_with_capacity(share.len() + 1, "the share's token sums")?;
+    let mut prefix = vec_with_capacity(count + 1, "the share's token sums")?;
     prefix.push(0u128);
     let mut sum = 0u128;
-    for &i in share {
-        sum += u128::from(lengths[i]);
+    for k in 0..count {
+        sum += u128::from(length(k));
         prefix.push(sum);
     }
     let entry = |start: usize, end: usize| {
@@ -462,6 +535,44 @@ mod tests {
             "{err}"
         );
         assert!(deal_step(&[1], Cost::Tokens, 0, caps).is_err());
+    }
+
+    #[test]
+    fn a_share_cut_alone_gives_the_dealing_s_micro_batches() {
+        // A small linear congruential stream of lengths, with runs of equal
+        // lengths and zeros, over world sizes and caps.
+        let mut x = 12345u64;
+        for n in 1..40usize {
+            let lengths: Vec<u64> = (0..n)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (x >> 33) % 9
+                })
+                .collect();
+            for w in 1..6u64 {
+                for (b, m) in [(Some(2), None), (None, Some(9)), (Some(3), Some(12))] {
+                    let caps = Caps::new(b, m).unwrap();
+                    let dealing = deal_step(&lengths, Cost::Tokens, w, caps).unwrap();
+                    let mut most = 0;
+                    for r in 0..w {
+                        let share = dealing.share(r).unwrap();
+                        let own: Vec<u64> = share.iter().map(|&i| lengths[i]).collect();
+                        let cuts = cut_share(&own, caps, dealing.num_micro_batches()).unwrap();
+                        most = most.max(cuts.runs);
+                        let mut start = 0;
+                        let mut want = Vec::new();
+                        for mb in dealing.micro_batches(r).unwrap().filter(|mb| !mb.filler) {
+                            want.push(start + mb.samples.len());
+                            start += mb.samples.len();
+                        }
+                        assert_eq!(cuts.ends, want, "n={n} w={w} r={r}");
+                    }
+                    assert_eq!(most.max(1) as u64, dealing.num_micro_batches());
+                }
+            }
+        }
     }
 
     #[test]
