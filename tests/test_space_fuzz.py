@@ -93,12 +93,11 @@ def test_fuzz_spaces_and_plans_over_them() -> None:
                 ids = draw(st.lists(st.integers(-3, 60), max_size=20)) if valid else draw(VALUES)
                 ep.Selection.from_indices(ids, draw(st.integers(0, 60)) if valid else draw(VALUES))
             elif target == "random_split":
-                n = draw(st.integers(0, 10**12)) if valid else draw(VALUES)
-                parts = (
-                    draw(st.lists(st.floats(0, 1), min_size=1, max_size=4))
-                    if valid
-                    else draw(VALUES)
-                )
+                if valid:
+                    parts = draw(st.lists(st.integers(0, 10**11), min_size=1, max_size=4))
+                    n = sum(parts)
+                else:
+                    parts, n = draw(VALUES), draw(VALUES)
                 ep.random_split(n, parts, seed=draw(st.integers(0, 5)))
             else:
                 sizes = draw(st.lists(st.integers(0, 30), max_size=4)) if valid else draw(VALUES)
