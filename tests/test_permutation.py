@@ -331,8 +331,10 @@ def test_same_output_for_any_thread_count() -> None:
 
 
 def test_same_output_for_any_epochplan_num_threads() -> None:
+    # This file imported by path: another distribution may install a
+    # top-level package named `tests` (verl does), which would shadow ours.
     code = (
-        "import tests.test_permutation as t, epochplan as ep;"
+        "import sys; sys.path.insert(0, 'tests'); import test_permutation as t, epochplan as ep;"
         "print(ep.get_num_threads(), t.fingerprint())"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
