@@ -307,3 +307,5 @@ def test_samplers_take_index_spaces() -> None:
     )
     with pytest.raises(ValueError, match="space differs"):
         other.load_state_dict(state)
+    with pytest.raises(TypeError, match="must be the Mixture, not one of its epochs"):
+        ElasticBatchSampler(mix.epoch(1), 8, 2, num_replicas=2, rank=0)

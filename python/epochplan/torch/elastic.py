@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Sampler
 
 from epochplan._args import bool_arg, int_arg, is_bool
-from epochplan._native import MAX_SAMPLES, EpochPlan, Mixture, Selection
+from epochplan._native import MAX_SAMPLES, EpochPlan, Mixture, MixtureEpoch, Selection
 from epochplan._spec import PlanSpec, TokenSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
@@ -219,6 +219,11 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     ) -> None:
         # Checked by the plan the first _build_plan makes.
         space = data_source_or_num_samples
+        if isinstance(space, MixtureEpoch):
+            raise TypeError(
+                "data_source_or_num_samples must be the Mixture, not one of its epochs: the "
+                "sampler plans epoch e over mixture.epoch(e)"
+            )
         spec = PlanSpec(
             _num_samples_of(space, "data_source_or_num_samples"),
             global_batch_size,
