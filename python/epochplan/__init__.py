@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         random_split,
         set_num_threads,
     )
+    from epochplan._space_spec import load_space
     from epochplan._split import split
     from epochplan._types import MicroBatch
     from epochplan._workers import worker_shard
@@ -52,6 +53,7 @@ _HOMES = {
     "permutation": "epochplan._native",
     "random_split": "epochplan._native",
     "set_num_threads": "epochplan._native",
+    "load_space": "epochplan._space_spec",
     "split": "epochplan._split",
     "MicroBatch": "epochplan._types",
     "worker_shard": "epochplan._workers",
@@ -69,6 +71,7 @@ __all__ = [
     "PlanLayout",
     "Selection",
     "get_num_threads",
+    "load_space",
     "permutation",
     "random_split",
     "set_num_threads",
