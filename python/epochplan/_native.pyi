@@ -267,6 +267,40 @@ def verify_epoch_files(
     compare_ids: bool = False,
 ) -> bool: ...
 def map_ids(path: str, offset: int, count: int) -> npt.NDArray[np.int64]: ...
+def file_checksum(path: str | os.PathLike[str]) -> str: ...
+
+# Token plans in plan files (rust/py/src/token_files.rs).
+class TokenDealer:
+    def __init__(
+        self,
+        plan: dict[str, Any],
+        world_size: int,
+        lengths: Any,
+        loss_tokens: Any = None,
+        cost: str | tuple[float, float] | None = None,
+        loss_normalization: str | None = None,
+        *,
+        micro_batch_size: int | None = None,
+        max_tokens: int | None = None,
+    ) -> None: ...
+    def digests(self) -> tuple[str, str | None]: ...
+    def steps(
+        self, start: int, stop: int, first_rank: int, end_rank: int
+    ) -> tuple[
+        list[npt.NDArray[np.int64]],
+        list[npt.NDArray[np.int64]],
+        list[npt.NDArray[np.int64]] | None,
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+    ]: ...
+
+def token_cuts(
+    lengths: npt.ArrayLike,
+    micro_batches: int,
+    micro_batch_size: int | None = None,
+    max_tokens: int | None = None,
+) -> tuple[npt.NDArray[np.int64], int]: ...
+
 def check_plan_file(
     path: str,
     count: int,

@@ -21,6 +21,7 @@ mod space;
 mod streaming_partition;
 mod streaming_shuffle;
 mod testing;
+mod token_files;
 
 use pyo3::prelude::*;
 
@@ -39,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
     planfile::register(m)?;
+    token_files::register(m)?;
     mapped::register(m)?;
     space::register(m)?;
     errors::register(m)?;

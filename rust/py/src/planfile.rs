@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// The plan's parameters, as a dict with these keys.
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
-struct PlanArgs<'py> {
+pub(crate) struct PlanArgs<'py> {
     num_samples: Bound<'py, PyAny>,
     global_batch_size: Bound<'py, PyAny>,
     seed: Bound<'py, PyAny>,
@@ -28,15 +28,15 @@ struct PlanArgs<'py> {
 
 /// A plan file's plan, checked: its layout (from the epoch's start) and
 /// what selects its order.
-struct PlanSpec {
-    layout: Layout,
+pub(crate) struct PlanSpec {
+    pub(crate) layout: Layout,
     seed: u64,
     epoch: u64,
     kind: Kind,
 }
 
 impl PlanSpec {
-    fn parse(args: &PlanArgs<'_>) -> PyResult<PlanSpec> {
+    pub(crate) fn parse(args: &PlanArgs<'_>) -> PyResult<PlanSpec> {
         let n = int_arg(&args.num_samples, "num_samples", 0, MAX_I64)?;
         let g = int_arg(&args.global_batch_size, "global_batch_size", 1, MAX_I64)?;
         let seed = int_arg(&args.seed, "seed", 0, MAX_U64)?;
@@ -58,7 +58,7 @@ impl PlanSpec {
 
     /// The epoch's order, built without the GIL (kind="uniform"
     /// materialises its permutation).
-    fn order(&self, py: Python<'_>) -> PyResult<Order> {
+    pub(crate) fn order(&self, py: Python<'_>) -> PyResult<Order> {
         let n = self.layout.num_samples();
         py.detach(|| Order::new(n, self.seed, self.epoch, self.kind))
             .py()
@@ -247,8 +247,9 @@ fn check_plan_file(
     })
 }
 
-/// The BLAKE3 of a whole file (hex), as a plan manifest records it
-/// (`_native._testing`: tests compare manifests with it).
+/// The BLAKE3 of a whole file (hex), as a plan manifest records it (a
+/// token plan's writer checksums the files it writes with it; tests compare
+/// manifests with it through `_native._testing` too).
 #[pyfunction]
 pub fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     py.detach(|| planfile::file_checksum(&path)).py()
@@ -268,5 +269,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_epoch_files, m)?)?;
     m.add_function(wrap_pyfunction!(verify_epoch_files, m)?)?;
     m.add_function(wrap_pyfunction!(check_plan_file, m)?)?;
+    m.add_function(wrap_pyfunction!(file_checksum, m)?)?;
     Ok(())
 }

@@ -1,0 +1,217 @@
+//! Token plans in plan files: [`TokenDealer`] deals a range of steps to
+//! every rank at once (each step dealt once, for writing and verifying a
+//! plan directory), and [`token_cuts`] cuts one rank's stored share into
+//! its micro-batches from the lengths of its own samples alone.
+
+use crate::args::{int64_array, int_arg, opt_int_arg, MAX_I64};
+use crate::errors::IntoPyResult;
+use crate::lengths::{caps_arg, cost_arg, normalization_arg, TokenArrays};
+use crate::planfile::{PlanArgs, PlanSpec};
+use epochplan_core::dealing::{negative_length, Dealing, SampleLengths};
+use epochplan_core::plan::Plan;
+use epochplan_core::tokens::{cut_share, Caps, Cost, Normalization};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+/// Columns of the per-step table: `T_t`, `M`, the filler's id and length.
+const TABLE_COLUMNS: usize = 4;
+
+/// A token plan's epoch as a plan-file writer or verifier reads it: the
+/// plan (order and balanced layout), its arrays and caps. Every step it
+/// deals is dealt once for all the ranks asked for.
+#[pyclass(module = "epochplan._native", frozen)]
+#[derive(Debug)]
+pub struct TokenDealer {
+    plan: Plan,
+    tokens: TokenArrays,
+    caps: Caps,
+    world_size: u64,
+}
+
+/// One range of steps dealt: per rank its ids, lengths and loss tokens
+/// (None when they are the lengths) in dealing order, step after step; the
+/// rank's count per step (`steps x ranks`); the per-step table (`steps x
+/// 4`: `T_t`, `M`, filler id, filler length).
+type Dealt<'py> = (
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Option<Bound<'py, PyList>>,
+    Bound<'py, PyArray2<i64>>,
+    Bound<'py, PyArray2<i64>>,
+);
+
+fn to_i64(value: u128, what: impl FnOnce() -> String) -> PyResult<i64> {
+    i64::try_from(value).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{} is {value}, above 2**63 - 1: a plan file cannot hold it",
+            what()
+        ))
+    })
+}
+
+#[pymethods]
+impl TokenDealer {
+    /// The dealer of `plan` (a plan-file spec dict with its epoch) over
+    /// `world_size` ranks, under the caps; the arrays and models as
+    /// `EpochPlan` takes them.
+    #[new]
+    #[pyo3(signature = (plan, world_size, lengths, loss_tokens = None, cost = None, loss_normalization = None, *, micro_batch_size = None, max_tokens = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        plan: PlanArgs<'_>,
+        world_size: &Bound<'_, PyAny>,
+        lengths: &Bound<'_, PyAny>,
+        loss_tokens: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        loss_normalization: Option<&Bound<'_, PyAny>>,
+        micro_batch_size: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<TokenDealer> {
+        let world_size = int_arg(world_size, "world_size", 1, MAX_I64)?;
+        let spec = PlanSpec::parse(&plan)?;
+        let cost = cost_arg(cost)?.unwrap_or(Cost::Tokens);
+        let normalization = normalization_arg(loss_normalization)?.unwrap_or(Normalization::Tokens);
+        let caps = caps_arg(micro_batch_size, max_tokens)?;
+        let n = spec.layout.num_samples();
+        let tokens = TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), n)?;
+        let layout = spec
+            .layout
+            .with_dealing(Dealing::Balanced { cost }, normalization)
+            .py()?;
+        let plan = Plan::from_parts(layout, spec.order(py)?).py()?;
+        Ok(TokenDealer {
+            plan,
+            tokens,
+            caps,
+            world_size,
+        })
+    }
+
+    /// The digests of the lengths and of the loss tokens (None when they
+    /// are the lengths), as the plan's state records them.
+    fn digests(&self, py: Python<'_>) -> PyResult<(String, Option<String>)> {
+        Ok(self.tokens.digests(py)?.clone())
+    }
+
+    /// Steps `[start, stop)` dealt to ranks `[first_rank, end_rank)` (see
+    /// the module docs for what comes back). A sample over `max_tokens` is
+    /// a ValueError naming its id and length.
+    fn steps<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+        first_rank: u64,
+        end_rank: u64,
+    ) -> PyResult<Dealt<'py>> {
+        let num_steps = self.plan.num_steps();
+        if start > stop || stop > num_steps || first_rank > end_rank || end_rank > self.world_size {
+            return Err(PyValueError::new_err(format!(
+                "steps [{start}, {stop}) of ranks [{first_rank}, {end_rank}) are not all in the \
+                 plan ({num_steps} steps, {} ranks)",
+                self.world_size
+            )));
+        }
+        let ranks = (end_rank - first_rank) as usize;
+        let steps = (stop - start) as usize;
+        let has_loss = self.tokens.loss_tokens.is_some();
+        let mut ids = vec![Vec::<i64>::new(); ranks];
+        let mut lengths = vec![Vec::<i64>::new(); ranks];
+        let mut losses = vec![Vec::<i64>::new(); if has_loss { ranks } else { 0 }];
+        let mut counts = Vec::with_capacity(steps * ranks);
+        let mut table = Vec::with_capacity(steps * TABLE_COLUMNS);
+        let (reader, loss_reader) = self.tokens.readers(py)?;
+        let loss_reader = loss_reader.as_ref().map(|l| l as &dyn SampleLengths);
+        let layout = self.plan.layout();
+        for step in start..stop {
+            let samples = self.plan.step_samples(step, &reader, loss_reader).py()?;
+            let dealing = layout
+                .deal_step(&samples, self.world_size, self.caps)
+                .py()?;
+            let filler = dealing.filler();
+            table.push(to_i64(samples.step_tokens(), || {
+                format!("the loss tokens of step {step}")
+            })?);
+            table.push(dealing.num_micro_batches() as i64);
+            table.push(samples.ids[filler]);
+            table.push(to_i64(samples.lengths[filler].into(), || {
+                format!("lengths[{}]", samples.ids[filler])
+            })?);
+            let loss = samples.loss_tokens();
+            for (k, rank) in (first_rank..end_rank).enumerate() {
+                let share = dealing.share(rank).py()?;
+                counts.push(share.len() as i64);
+                for &i in share {
+                    ids[k].push(samples.ids[i]);
+                    let id = samples.ids[i];
+                    lengths[k].push(to_i64(samples.lengths[i].into(), || {
+                        format!("lengths[{id}]")
+                    })?);
+                    if has_loss {
+                        losses[k].push(to_i64(loss[i].into(), || format!("loss_tokens[{id}]"))?);
+                    }
+                }
+            }
+        }
+        let list =
+            |arrays: Vec<Vec<i64>>| PyList::new(py, arrays.into_iter().map(|a| a.into_pyarray(py)));
+        let counts = PyArray1::from_vec(py, counts).reshape([steps, ranks])?;
+        let table = PyArray1::from_vec(py, table).reshape([steps, TABLE_COLUMNS])?;
+        Ok((
+            list(ids)?,
+            list(lengths)?,
+            if has_loss { Some(list(losses)?) } else { None },
+            counts,
+            table,
+        ))
+    }
+}
+
+/// One rank's micro-batch cuts of a step from the lengths of its samples
+/// (in dealing order) and the step's micro-batch count `M`: the end of each
+/// real micro-batch in the share (the rest of the `M` are fillers) and the
+/// share's next-fit runs under the caps (the step's `M` is their largest
+/// over the ranks, at least 1). See `epochplan_core::tokens::cut_share`.
+#[pyfunction]
+#[pyo3(signature = (lengths, micro_batches, micro_batch_size = None, max_tokens = None))]
+fn token_cuts<'py>(
+    py: Python<'py>,
+    lengths: &Bound<'py, PyAny>,
+    micro_batches: &Bound<'py, PyAny>,
+    micro_batch_size: Option<&Bound<'py, PyAny>>,
+    max_tokens: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyArray1<i64>>, u64)> {
+    let b = opt_int_arg(micro_batch_size, "micro_batch_size", 1, MAX_I64)?;
+    let m = opt_int_arg(max_tokens, "max_tokens", 1, MAX_I64)?;
+    let caps = Caps::new(b, m).py()?;
+    let micro_batches = int_arg(micro_batches, "micro_batches", 1, MAX_I64)?;
+    let Some((values, shape)) = int64_array(lengths, "lengths")? else {
+        return Err(PyValueError::new_err("lengths must lie in [0, 2**63 - 1]"));
+    };
+    if shape.len() != 1 {
+        return Err(PyValueError::new_err(format!(
+            "lengths must be a 1-d array, got {} dimensions",
+            shape.len()
+        )));
+    }
+    let mut read = Vec::with_capacity(values.len());
+    for (i, &v) in values.iter().enumerate() {
+        if v < 0 {
+            return Err(negative_length("lengths", i as i64, v.into())).py();
+        }
+        read.push(v as u64);
+    }
+    let cuts = py.detach(|| cut_share(&read, caps, micro_batches)).py()?;
+    let ends: Vec<i64> = cuts.ends.iter().map(|&e| e as i64).collect();
+    Ok((ends.into_pyarray(py), cuts.runs as u64))
+}
+
+/// Registers the token plan-file bindings.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TokenDealer>()?;
+    m.add_function(wrap_pyfunction!(token_cuts, m)?)?;
+    Ok(())
+}
