@@ -40,6 +40,12 @@ examples:
   epochplan plan --num-samples 1e8 --global-batch-size 1024 --world-size 8 --out plan/
   epochplan plan -n 8474566 -g 640 -w 7 --epoch 0 --epochs 3 --seed 42 --out plan/ --force
   epochplan plan -n 1e6 -g 256 -w 4 --kind chunked --chunk-size 1000 --preload-nchunks 8 --out p/
+  epochplan plan -n 1e6 -g 256 -w 4 --lengths lengths.npy --max-tokens 8192 --out p/
+
+Token plans (--lengths, a .npy file of tokens per sample): the rank files hold
+the balanced dealing, and beside them each rank's lengths, step offsets and
+the epoch's step table, so that PlanSampler cuts its micro-batches from its
+own files alone. The manifest records the lengths file's path and digest.
 """
 
 
@@ -115,6 +121,26 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--drop-last", action="store_true", help="drop the short last step")
     p.add_argument(
+        "--lengths", type=path, default=None, metavar="FILE", help="tokens per sample (.npy)"
+    )
+    p.add_argument(
+        "--loss-tokens",
+        type=path,
+        default=None,
+        metavar="FILE",
+        help="tokens per sample that count in the loss (.npy; default: the lengths)",
+    )
+    p.add_argument(
+        "--max-tokens", type=positive, default=None, metavar="T", help="tokens per micro-batch"
+    )
+    p.add_argument(
+        "--micro-batch-size",
+        type=positive,
+        default=None,
+        metavar="B",
+        help="samples per micro-batch (token plans)",
+    )
+    p.add_argument(
         "--force", action="store_true", help="replace DIR if it is an existing plan directory"
     )
     p.add_argument(
@@ -133,11 +159,32 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _token_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if args.lengths is None:
+        return {}
+    return {
+        "lengths": args.lengths,
+        "loss_tokens": args.loss_tokens,
+        "max_tokens": args.max_tokens,
+        "micro_batch_size": args.micro_batch_size,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     if args.kind == "chunked" and args.chunk_size is None:
         raise UsageError("--kind chunked needs --chunk-size")
     if args.kind != "chunked" and (args.chunk_size, args.preload_nchunks) != (None, None):
         raise UsageError("--chunk-size and --preload-nchunks apply to --kind chunked only")
+    if args.lengths is None:
+        for flag, value in (
+            ("--loss-tokens", args.loss_tokens),
+            ("--max-tokens", args.max_tokens),
+            ("--micro-batch-size", args.micro_batch_size),
+        ):
+            if value is not None:
+                raise UsageError(f"{flag} needs --lengths")
+    elif args.max_tokens is None and args.micro_batch_size is None:
+        raise UsageError("--lengths needs --max-tokens, --micro-batch-size or both")
     if args.world_size * args.epochs > MAX_FILES:
         raise UsageError(
             f"--world-size * --epochs must be at most {MAX_FILES} files, "
@@ -189,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
                 drop_last=args.drop_last,
                 force=args.force,
                 progress=bar,
+                **_token_kwargs(args),
             )
         t_write = time.perf_counter() - t0
         files = len(d.manifest["files"])
@@ -209,6 +257,12 @@ def run(args: argparse.Namespace) -> int:
                 compared = verify_plan(d.path, progress=bar)
             t_verify = time.perf_counter() - t1
             every_id = "as planned and once per epoch" if compared else _COUNTED
+            if d.tokens is not None:
+                every_id = "once per epoch, the caps, equal micro-batch counts and the balance " + (
+                    "bound; every id as planned"
+                    if compared
+                    else "bound (the lengths file was not compared: it is not reachable)"
+                )
             say(
                 f"verified in {t_verify:.1f} s: checksums ok, every id {every_id}, "
                 f"equal steps ({d.manifest['num_steps']:,} per rank)"

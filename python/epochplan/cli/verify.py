@@ -10,6 +10,7 @@ from epochplan._args import size_label
 from epochplan.cli.arguments import Help, path
 from epochplan.cli.progress import progress_bar, show_progress
 from epochplan.planfile import open_plan, verify_plan
+from epochplan.planfile.token_verify import lengths_unreachable
 
 VERIFY_HELP = """\
 Check a plan directory completely: the manifest, every file's header, size and
@@ -18,6 +19,12 @@ rank), every id against the plan (recomputed; for kind uniform only when a
 dropped step needs the permutation) and exact coverage (every id of [0, N)
 exactly once per epoch; for a plan written with --drop-last, exactly the
 full steps' ids, none of the dropped step's).
+A token plan (written with --lengths) is checked step by step: coverage,
+every micro-batch within --max-tokens and --micro-batch-size (fillers
+included), the same micro-batch count on every rank, the balance bound (the
+spread of the ranks' costs at most the step's largest single cost) and, when
+the lengths file recorded in the manifest is reachable, the stored lengths
+against it and every id against the dealing it gives (otherwise it says so).
 Streams through the files with a bitmap of N/8 bytes (kind uniform with a
 dropped step also builds the permutation, about 16 bytes per sample). Exit
 status 0 when everything holds; otherwise one line naming the file and its
@@ -46,6 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         ids = "every id compared" if compared else "ids counted, not compared: the uniform "
         ids += "" if compared else "permutation does not fit in memory"
+        if d.tokens is not None:
+            ids = "caps, micro-batch counts and balance checked; "
+            why = lengths_unreachable(d)
+            ids += (
+                "lengths and every id compared with the lengths file"
+                if why is None
+                else f"the lengths file was not compared (not reachable: {why})"
+            )
         print(
             f"{args.dir}: ok ({len(d.manifest['files'])} files, "
             f"{size_label(int(d.manifest['total_bytes']))}, N={d.num_samples:,}, "

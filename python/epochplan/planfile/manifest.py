@@ -24,6 +24,7 @@ from epochplan._args import limit_label, size_label
 from epochplan._native import FORMAT_VERSION
 from epochplan._spec import PlanSpec
 from epochplan.planfile.errors import PlanError
+from epochplan.planfile.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
 
 __all__ = [
     "MANIFEST",
@@ -42,7 +43,9 @@ MANIFEST = "manifest.json"
 #: The manifest's ``format`` field.
 PLAN_FILE_FORMAT = "epochplan-plan"
 #: The layout version of plan directories this release writes and reads
-#: (2: the manifest carries a checksum of its own content).
+#: (2: the manifest carries a checksum of its own content). A token plan's
+#: directory has version 3 (``TOKEN_PLAN_FILE_VERSION``): a version-2 reader
+#: would serve its ids with the strided micro-batches and weights.
 PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
@@ -95,6 +98,8 @@ class Manifest:
     num_steps: int
     total_bytes: int
     files: tuple[FileEntry, ...]
+    #: A token plan's lengths, models, caps and token files; None otherwise.
+    tokens: TokenInfo | None = None
 
     def epoch_files(self, epoch_index: int) -> tuple[FileEntry, ...]:
         """The rank files of the ``epoch_index``-th epoch, by rank."""
@@ -104,9 +109,10 @@ class Manifest:
     def to_json(self, created_by: str) -> dict[str, Any]:
         """The manifest as written to ``manifest.json``, sealed with its
         :func:`manifest_checksum`."""
+        version = PLAN_FILE_VERSION if self.tokens is None else TOKEN_PLAN_FILE_VERSION
         manifest = {
             "format": PLAN_FILE_FORMAT,
-            "plan_file_version": PLAN_FILE_VERSION,
+            "plan_file_version": version,
             "format_version": FORMAT_VERSION,
             "created_by": created_by,
             **self.spec.as_dict(),
@@ -118,6 +124,9 @@ class Manifest:
             "total_bytes": self.total_bytes,
             "files": [asdict(f) for f in self.files],
         }
+        if self.tokens is not None:
+            manifest["tokens"] = self.tokens.section()
+            manifest["token_files"] = self.tokens.file_list()
         manifest["manifest_checksum"] = manifest_checksum(manifest)
         return manifest
 
@@ -144,10 +153,16 @@ class Manifest:
             raise PlanError(f"{where}: not an epochplan plan manifest")
         version = m.get("plan_file_version")
         # type() too: JSON's 1.0 and true equal 1 in Python.
-        if type(version) is not int or version != PLAN_FILE_VERSION:
+        if type(version) is not int or version not in (PLAN_FILE_VERSION, TOKEN_PLAN_FILE_VERSION):
             raise PlanError(
                 f"{where}: plan_file_version is {version!r}; this release reads "
-                f"version {PLAN_FILE_VERSION}"
+                f"version {PLAN_FILE_VERSION}, and {TOKEN_PLAN_FILE_VERSION} for token plans"
+            )
+        has_tokens = version == TOKEN_PLAN_FILE_VERSION
+        if not has_tokens and ("tokens" in m or "token_files" in m):
+            raise PlanError(
+                f"{where}: a version-{PLAN_FILE_VERSION} manifest holds no 'tokens' "
+                f"(token plans have version {TOKEN_PLAN_FILE_VERSION})"
             )
         fmt = m.get("format_version")
         if type(fmt) is not int or fmt != FORMAT_VERSION:
@@ -200,22 +215,20 @@ class Manifest:
                 f"{where}: num_steps is {m.get('num_steps')!r}, the parameters give {num_steps}"
             )
         counts = spec.rank_counts(w)
-        total_bytes = files_bytes(counts, len(epochs))
-        if type(m.get("total_bytes")) is not int or m.get("total_bytes") != total_bytes:
-            raise PlanError(
-                f"{where}: total_bytes is {m.get('total_bytes')!r}, the files take {total_bytes}"
-            )
+        if has_tokens:
+            counts = _token_counts(files, counts, epochs, where)
         entries = []
         for i, entry in enumerate(files):
             epoch, rank = epochs[i // w], i % w
             if not isinstance(entry, dict):
                 raise PlanError(f"{where}: files[{i}] is not an object")
+            count = counts[i] if has_tokens else counts[rank]
             want = {
                 "epoch": epoch,
                 "rank": rank,
                 "path": rank_file_name(epoch, rank),
-                "count": counts[rank],
-                "bytes": _native.npy_file_size(counts[rank]),
+                "count": count,
+                "bytes": _native.npy_file_size(count),
             }
             for key, value in want.items():
                 # The exact type too: 38.0 equals 38 but is no count.
@@ -227,6 +240,16 @@ class Manifest:
             if not (isinstance(digest, str) and len(digest) == 64):
                 raise PlanError(f"{where}: files[{i}] has no valid 'blake3' checksum")
             entries.append(FileEntry(**want, blake3=digest))
+        tokens = None
+        if has_tokens:
+            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts)
+            total_bytes = sum(f.bytes for f in entries) + sum(f.bytes for f in tokens.files)
+        else:
+            total_bytes = files_bytes(counts, len(epochs))
+        if type(m.get("total_bytes")) is not int or m.get("total_bytes") != total_bytes:
+            raise PlanError(
+                f"{where}: total_bytes is {m.get('total_bytes')!r}, the files take {total_bytes}"
+            )
         # Last: every field above has a message of its own for a value that
         # cannot be; this catches any change to a value that can.
         if m.get("manifest_checksum") != manifest_checksum(m):
@@ -234,7 +257,29 @@ class Manifest:
                 f"{where}: manifest_checksum does not match the manifest's content: it was "
                 "changed after the plan was written (write the plan again)"
             )
-        return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries))
+        return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries), tokens)
+
+
+def _token_counts(
+    files: list[Any], strided: list[int], epochs: list[int], where: Path
+) -> list[int]:
+    """The rank files' counts of a token plan, file by file: each an int in
+    [0, N], and an epoch's summing to the samples of its steps (a balanced
+    dealing gives ranks other counts than the strided one, the same total)."""
+    counts: list[int] = []
+    for i, entry in enumerate(files):
+        count = entry.get("count") if isinstance(entry, dict) else None
+        if type(count) is not int or not 0 <= count <= _native.MAX_SAMPLES:
+            raise PlanError(f"{where}: files[{i}] 'count' is {count!r}, not an int >= 0")
+        counts.append(count)
+    w, total = len(strided), sum(strided)
+    for e, epoch in enumerate(epochs):
+        got = sum(counts[e * w : (e + 1) * w])
+        if got != total:
+            raise PlanError(
+                f"{where}: the rank files of epoch {epoch} hold {got} ids, its steps {total}"
+            )
+    return counts
 
 
 def _field(

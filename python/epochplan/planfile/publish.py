@@ -140,6 +140,9 @@ def why_not_replaceable(path: Path) -> str | None:
     files = manifest.get("files") if is_plan else None
     if not isinstance(files, list):
         return "is not a plan directory"
+    token_files = manifest.get("token_files")
+    if isinstance(token_files, list):
+        files = files + token_files
     listed = {MANIFEST} | {str(f.get("path")) for f in files if isinstance(f, dict)}
     folders = {str(Path(name).parent) for name in listed} - {"."}
     for entry in path.rglob("*"):

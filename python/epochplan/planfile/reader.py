@@ -20,6 +20,7 @@ from epochplan._system import is_local_filesystem
 from epochplan.planfile._checks import absolute, path_arg
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
+from epochplan.planfile.tokens import TokenFile, TokenInfo
 
 __all__ = ["PlanDirectory", "RankFile", "open_plan"]
 
@@ -95,6 +96,26 @@ class PlanDirectory:
     def drop_last(self) -> bool:
         """Whether the short last step is dropped."""
         return self.spec.drop_last
+
+    @property
+    def tokens(self) -> TokenInfo | None:
+        """A token plan's lengths, models, caps and token files (None for a
+        plan without lengths)."""
+        return self.parsed.tokens
+
+    def open_token_file(self, epoch: int, rank: int | None, role: str) -> RankFile:
+        """A token file of ``epoch`` (``rank`` None for its ``steps.npy``;
+        ``role`` one of ``"offsets"``, ``"lengths"``, ``"loss_tokens"``),
+        checked (header, size, checksum), open for reading a range at a time."""
+        tokens = self.tokens
+        if tokens is None:
+            raise PlanError(f"{self.path}: the plan has no lengths (written without lengths=)")
+        if rank is not None:
+            self._file_index(epoch, rank)
+        entry = tokens.file(self.epoch_index(epoch), self.world_size, rank, role)
+        path = self.path / entry.path
+        _native.check_plan_file(str(path), entry.count, entry.bytes, entry.blake3)
+        return RankFile(path, entry)
 
     def plan(self, epoch: int) -> EpochPlan:
         """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the plan)."""
@@ -186,7 +207,7 @@ class RankFile:
     than a SIGBUS or zeros; a plan replaced by ``write_plan(force=True)`` swaps
     directories, and this file keeps reading the ids it checked."""
 
-    def __init__(self, path: Path, entry: FileEntry) -> None:
+    def __init__(self, path: Path, entry: FileEntry | TokenFile) -> None:
         self.path = path
         self.count = entry.count
         self._header_bytes = entry.bytes - 8 * self.count
@@ -228,6 +249,29 @@ def _refuse_link(path: Path) -> None:
         raise PlanError(f"{path}: is a link; a plan directory holds its own files")
 
 
+def _check_present(fpath: Path, size: int, blocks_are_real: bool) -> None:
+    """A plan file exists, is a regular file of ``size`` bytes and is not sparse."""
+    try:
+        st = fpath.lstat()
+    except OSError:
+        raise PlanError(f"{fpath}: missing rank file") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise PlanError(f"{fpath}: is {what}; a plan directory holds its own rank files")
+    if st.st_size != size:
+        raise PlanError(
+            f"{fpath}: has {st.st_size} bytes, the manifest says {size} (truncated or altered)"
+        )
+    # A written file has its blocks; compression takes at most half of
+    # int64 ids, while a sparse file (a size set, nothing written) has none.
+    allocated = st.st_blocks * 512
+    if blocks_are_real and st.st_size >= _SPARSE_MIN and allocated * 8 < st.st_size:
+        raise PlanError(
+            f"{fpath}: has {st.st_size} bytes but only {allocated} allocated on disk: "
+            "a sparse file, whose ids were never written"
+        )
+
+
 def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) -> PlanDirectory:
     """Opens a plan directory: reads and checks its manifest, and that every
     rank file exists with its recorded size (checksums are checked when a
@@ -251,28 +295,11 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
     # Cheap before expensive: each file's size and allocated blocks now, its
     # checksum (a full read) when it is used.
     blocks_are_real = is_local_filesystem(root)
+    token_files = () if parsed.tokens is None else parsed.tokens.files
     for entry in parsed.files:
-        fpath = root / entry.path
-        try:
-            st = fpath.lstat()
-        except OSError:
-            raise PlanError(f"{fpath}: missing rank file") from None
-        if not stat.S_ISREG(st.st_mode):
-            what = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-            raise PlanError(f"{fpath}: is {what}; a plan directory holds its own rank files")
-        if st.st_size != entry.bytes:
-            raise PlanError(
-                f"{fpath}: has {st.st_size} bytes, the manifest says {entry.bytes} "
-                "(truncated or altered)"
-            )
-        # A written file has its blocks; compression takes at most half of
-        # int64 ids, while a sparse file (a size set, nothing written) has none.
-        allocated = st.st_blocks * 512
-        if blocks_are_real and st.st_size >= _SPARSE_MIN and allocated * 8 < st.st_size:
-            raise PlanError(
-                f"{fpath}: has {st.st_size} bytes but only {allocated} allocated on disk: "
-                "a sparse file, whose ids were never written"
-            )
+        _check_present(root / entry.path, entry.bytes, blocks_are_real)
+    for token_file in token_files:
+        _check_present(root / token_file.path, token_file.bytes, blocks_are_real)
     d = PlanDirectory(root, raw, parsed)
     if world_size is not None:
         d.check_world_size(world_size)

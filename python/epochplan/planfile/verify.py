@@ -12,6 +12,7 @@ from epochplan.planfile._checks import Progress, progress_arg
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import PlanSpec
 from epochplan.planfile.reader import open_plan
+from epochplan.planfile.token_verify import verify_token_plan
 
 __all__ = ["check_verify_memory", "uniform_fits", "verify_plan"]
 
@@ -55,9 +56,21 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
         path: the plan directory.
         progress: called as ``progress(bytes_read, bytes_total)``.
 
+    A token plan (written with lengths) is checked step by step instead:
+    its files' checksums, the step offsets, exact coverage of every step,
+    every micro-batch within the caps (fillers included), the same
+    micro-batch count on every rank, the step table (``T_t``, ``M``, the
+    filler), the balance bound (the spread of the ranks' costs at most the
+    step's largest single cost) and, when the lengths file recorded in the
+    manifest is reachable, the stored lengths against its values, its
+    digest, and every id against the dealing recomputed from it.
+
     Returns:
         True when every id was compared with the recomputed plan; False when
-        a uniform plan's ids could only be counted.
+        a uniform plan's ids could only be counted, or when a token plan's
+        lengths file is not reachable
+        (:func:`~epochplan.planfile.token_verify.lengths_unreachable` says
+        why).
 
     Raises:
         PlanError: naming the file and its first violation.
@@ -65,6 +78,8 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     progress = progress_arg(progress)
     d = open_plan(path)
     check_verify_memory(d.path, d.spec)
+    if d.tokens is not None:
+        return verify_token_plan(d, progress)
     files = d.parsed.files
     total = sum(f.bytes for f in files)
     compare = d.kind != "uniform" or uniform_fits(d.spec)

@@ -4,11 +4,14 @@ streamed from Rust in bounded memory, the manifest last, then publication."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +40,8 @@ from epochplan.planfile.publish import (
     why_not_replaceable,
 )
 from epochplan.planfile.reader import PlanDirectory, open_plan
+from epochplan.planfile.token_write import array_source, token_plan_bytes, write_token_epoch
+from epochplan.planfile.tokens import ArraySource, TokenFile, TokenInfo
 
 __all__ = ["write_plan"]
 
@@ -55,6 +60,12 @@ def write_plan(
     drop_last: bool = False,
     force: bool = False,
     progress: Progress | None = None,
+    lengths: Any = None,
+    loss_tokens: Any = None,
+    cost: str | tuple[float, float] = "tokens",
+    loss_normalization: str | None = None,
+    micro_batch_size: int | None = None,
+    max_tokens: int | None = None,
 ) -> PlanDirectory:
     """Writes the plan of ``epochs`` for ``world_size`` ranks to directory ``out``.
 
@@ -75,6 +86,17 @@ def write_plan(
         progress: called about ten times a second as
             ``progress(samples_written, samples_total)``; an exception raised
             by it (or a KeyboardInterrupt) stops the write and is re-raised.
+        lengths: a token plan: tokens per sample, a path to a ``.npy`` file
+            (memory-mapped) or an integer array (an ``np.memmap`` records
+            its file). The rank files then hold the balanced dealing, with
+            the token files beside them (see the plan-file reference).
+        loss_tokens: tokens per sample that count in the loss, as lengths
+            (default: the lengths).
+        cost: ``"tokens"`` or ``(a, b)`` for ``a*L + b*L**2``.
+        loss_normalization: ``"tokens"`` (default) or ``"samples"``.
+        micro_batch_size: the most samples per micro-batch (token plans).
+        max_tokens: the most tokens per micro-batch (token plans; with
+            micro_batch_size, either may be None, not both).
 
     Returns:
         The new plan directory.
@@ -122,11 +144,21 @@ def write_plan(
             f"got {world_size} * {len(epoch_list)}"
         )
     force = bool_arg(force, "force")  # a truthy string would replace a plan
+    tokens = _token_args(
+        spec,
+        world_size,
+        lengths,
+        loss_tokens,
+        cost,
+        loss_normalization,
+        micro_batch_size,
+        max_tokens,
+    )
 
     # Parents created for `out` go again if the write fails (when still empty).
     new_parents = [p for p in out.parents if not p.exists()]
     try:
-        _write_new_plan(out, force, spec, world_size, epoch_list, progress)
+        _write_new_plan(out, force, spec, world_size, epoch_list, progress, tokens)
     except BaseException:
         for parent in new_parents:  # deepest first
             with contextlib.suppress(OSError):
@@ -135,8 +167,91 @@ def write_plan(
     return open_plan(out)
 
 
+@dataclass(frozen=True)
+class _TokenArgs:
+    """A token plan's checked arguments: the dealer's keyword arguments
+    (but the plan and epoch) and the manifest's record of them."""
+
+    kwargs: dict[str, Any]
+    info: TokenInfo
+
+    def dealer(self, spec: PlanSpec, epoch: int, world_size: int) -> _native.TokenDealer:
+        return _native.TokenDealer({**spec.as_dict(), "epoch": epoch}, world_size, **self.kwargs)
+
+
+def _token_args(
+    spec: PlanSpec,
+    world_size: int,
+    lengths: Any,
+    loss_tokens: Any,
+    cost: Any,
+    loss_normalization: Any,
+    micro_batch_size: Any,
+    max_tokens: Any,
+) -> _TokenArgs | None:
+    """The token arguments checked before any disk work (every value read
+    once for the digests, which finds a negative one), or None without
+    lengths."""
+    if lengths is None:
+        others = {
+            "loss_tokens": loss_tokens,
+            "loss_normalization": loss_normalization,
+            "micro_batch_size": micro_batch_size,
+            "max_tokens": max_tokens,
+        }
+        for name, value in others.items():
+            if value is not None:
+                raise ValueError(
+                    f"{name} needs lengths: give lengths= (tokens per sample) for a token plan"
+                )
+        if not (isinstance(cost, str) and cost == "tokens"):
+            raise ValueError(
+                "cost needs lengths: give lengths= (tokens per sample) for a token plan"
+            )
+        return None
+    lengths, path, dtype, offset = array_source(lengths, "lengths")
+    loss_source: tuple[Any, ...] | None = None
+    if loss_tokens is not None:
+        loss_tokens, *rest = array_source(loss_tokens, "loss_tokens")
+        loss_source = tuple(rest)
+    kwargs = {
+        "lengths": lengths,
+        "loss_tokens": loss_tokens,
+        "cost": cost,
+        "loss_normalization": loss_normalization,
+        "micro_batch_size": micro_batch_size,
+        "max_tokens": max_tokens,
+    }
+    # The arguments are checked by the dealer and by the plan, with their
+    # messages; the plan gives the defaults and the cost as a value.
+    dealer = _native.TokenDealer({**spec.as_dict(), "epoch": 0}, world_size, **kwargs)
+    plan = _native.EpochPlan(
+        spec.num_samples,
+        spec.global_batch_size,
+        lengths=lengths,
+        loss_tokens=loss_tokens,
+        cost=cost,
+        loss_normalization=loss_normalization,
+    )
+    digest, loss_digest = dealer.digests()
+    loss_record = None
+    if loss_digest is not None and loss_source is not None:
+        loss_path, loss_dtype, loss_offset = loss_source
+        loss_record = ArraySource(loss_path, loss_dtype, loss_offset, loss_digest)
+    info = TokenInfo(
+        ArraySource(path, dtype, offset, digest),
+        loss_record,
+        plan.cost if plan.cost is not None else "tokens",
+        plan.loss_normalization,
+        None if micro_batch_size is None else int(micro_batch_size),
+        None if max_tokens is None else int(max_tokens),
+        (),
+    )
+    return _TokenArgs(kwargs, info)
+
+
 def _prepare_output(
-    out: Path, force: bool, spec: PlanSpec, counts: list[int], num_epochs: int
+    out: Path, force: bool, spec: PlanSpec, need_bytes: Callable[[int], int]
 ) -> tuple[Path, WriterLock]:
     """Checks that ``out`` may be written, the disk and, for kind='uniform',
     the memory. Returns a fresh partial directory and the lock this writer
@@ -154,7 +269,7 @@ def _prepare_output(
 
     fs = os.statvfs(out.parent)
     # Small files take whole blocks: thousands of them take far more than their bytes.
-    need = files_bytes(counts, num_epochs, fs.f_frsize or 1)
+    need = need_bytes(fs.f_frsize or 1)
     free = fs.f_bavail * fs.f_frsize
     if need > free:
         raise PlanError(
@@ -187,17 +302,30 @@ def _write_new_plan(
     world_size: int,
     epoch_list: list[int],
     progress: Progress | None,
+    tokens: _TokenArgs | None,
 ) -> None:
     """The writing part of :func:`write_plan`, on checked arguments: the files
     in a partial directory, then published as ``out``, or nothing left."""
     counts = spec.rank_counts(world_size)
+    epochs = len(epoch_list)
+    if tokens is None:
+
+        def need(block: int) -> int:
+            return files_bytes(counts, epochs, block)
+    else:
+        has_loss = tokens.info.loss_tokens is not None
+
+        def need(block: int) -> int:
+            return token_plan_bytes(spec, world_size, epochs, has_loss, block)
+
     try:
-        tmp, lock = _prepare_output(out, force, spec, counts, len(epoch_list))
+        tmp, lock = _prepare_output(out, force, spec, need)
     except OSError as e:
         raise PlanError(f"{out}: cannot write there: {e.strerror or e}") from None
     total = sum(counts) * len(epoch_list)
     try:
         files: list[FileEntry] = []
+        token_files: list[TokenFile] = []
         for i, epoch in enumerate(epoch_list):
             names = [rank_file_name(epoch, r) for r in range(world_size)]
             (tmp / Path(names[0]).parent).mkdir()
@@ -209,6 +337,20 @@ def _write_new_plan(
                 def report(done: int, base: int = base, cb: Progress = cb) -> None:
                     cb(base + done, total)
 
+            if tokens is not None:
+                written = write_token_epoch(
+                    tmp,
+                    epoch,
+                    spec,
+                    world_size,
+                    tokens.dealer(spec, epoch, world_size),
+                    tokens.info.roles,
+                    report,
+                )
+                files += written[0]
+                token_files += written[1]
+                fsync_dir(tmp / Path(names[0]).parent)
+                continue
             infos = _native.write_epoch_files(
                 [str(tmp / n) for n in names],
                 world_size,
@@ -220,13 +362,19 @@ def _write_new_plan(
             for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos, strict=True)):
                 files.append(FileEntry(epoch, rank, name, count, nbytes, digest))
             fsync_dir(tmp / Path(names[0]).parent)
+        info = None
+        total_bytes = files_bytes(counts, len(epoch_list))
+        if tokens is not None:
+            info = dataclasses.replace(tokens.info, files=tuple(token_files))
+            total_bytes = sum(f.bytes for f in files) + sum(f.bytes for f in token_files)
         manifest = Manifest(
             spec,
             world_size,
             tuple(epoch_list),
             spec.layout().num_steps,
-            files_bytes(counts, len(epoch_list)),
+            total_bytes,
             tuple(files),
+            info,
         )
         with open(tmp / MANIFEST, "w") as f:
             json.dump(manifest.to_json(f"epochplan {__version__}"), f, indent=1)

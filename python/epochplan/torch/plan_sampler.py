@@ -12,6 +12,7 @@ import numpy.typing as npt
 from epochplan._native import EpochPlan
 from epochplan._types import MicroBatch
 from epochplan.planfile import PlanDirectory, PlanError, RankFile, open_plan
+from epochplan.planfile.token_reader import TokenRankReader, cut_micro_batches, step_weight
 from epochplan.torch.elastic import ElasticBatchSampler
 from epochplan.torch.rank import RankProvider
 
@@ -34,9 +35,19 @@ class PlanSampler(ElasticBatchSampler):
     this sampler never asks (its ids are in the files; a filler of an empty
     share is then the id at the layout's filler position, with weight 0).
 
+    Token plans (written with ``lengths=``): the micro-batches, caps and
+    weights are those of ``EpochPlan(..., lengths=...).micro_batches(rank,
+    W, micro_batch_size, max_tokens=...)`` for the caps the plan was written
+    with, cut from the rank's own files (its ids, their lengths, its step
+    offsets) and the epoch's step table, read sequentially: the global
+    lengths are never read. ``micro_batch_size`` may then be left out (it is
+    the plan's) and must otherwise equal it. The state carries the lengths'
+    digests, as the in-memory plan's does.
+
     Args:
         plan_dir: a plan directory (path or :class:`PlanDirectory`).
-        micro_batch_size: the most samples per micro-batch on a rank.
+        micro_batch_size: the most samples per micro-batch on a rank (a
+            token plan's own by default).
         rank, num_replicas, rank_fn: as for ``ElasticBatchSampler``.
         epoch: the first epoch to serve (default: the plan's first).
 
@@ -51,7 +62,7 @@ class PlanSampler(ElasticBatchSampler):
         self,
         plan_dir: str | os.PathLike[str] | PlanDirectory,
         *,
-        micro_batch_size: int,
+        micro_batch_size: int | None = None,
         rank: int | None = None,
         num_replicas: int | None = None,
         epoch: int | None = None,
@@ -60,9 +71,23 @@ class PlanSampler(ElasticBatchSampler):
         d = plan_dir if isinstance(plan_dir, PlanDirectory) else open_plan(plan_dir)
         self.plan_dir = d
         self._file: RankFile | None = None
+        self._reader: TokenRankReader | None = None
+        self._step_cache: tuple[int, npt.NDArray[np.int64]] | None = None
         self._first_epoch = d.epochs[0] if epoch is None else epoch
         d.epoch_index(self._first_epoch)
+        tokens = d.tokens
+        if tokens is not None:
+            if micro_batch_size is not None and micro_batch_size != tokens.micro_batch_size:
+                raise PlanError(
+                    f"{d.path}: the plan was written for micro_batch_size="
+                    f"{tokens.micro_batch_size}, not {micro_batch_size}"
+                )
+            # The base class checks an int; the plan's caps replace it below.
+            micro_batch_size = tokens.micro_batch_size or 1
         self._start(d.spec, micro_batch_size, num_replicas, rank, rank_fn)
+        if tokens is not None:
+            self.micro_batch_size = tokens.micro_batch_size
+            self.max_tokens = tokens.max_tokens
         self.epoch = self._first_epoch
 
     def _build_plan(self, epoch: int) -> EpochPlan:
@@ -75,6 +100,8 @@ class PlanSampler(ElasticBatchSampler):
         return d.plan(epoch)
 
     def _split_step(self, step: int, ids: npt.NDArray[np.int64]) -> list[MicroBatch]:
+        if self._reader is not None:
+            return self._token_split(step, ids)
         if self.kind != "uniform":
             return super()._split_step(step, ids)
         # A uniform order is N ids on every rank: it is not built for a
@@ -84,13 +111,44 @@ class PlanSampler(ElasticBatchSampler):
             raise ValueError("micro_batch_size must be an int, got None")
         return self._plan.layout.split_step(step, self.rank, w, b, ids)
 
+    def _token_split(self, step: int, ids: npt.NDArray[np.int64]) -> list[MicroBatch]:
+        reader = self._reader
+        if reader is None or self._step_cache is None or self._step_cache[0] != step:
+            ids, lengths = self._token_step(step)
+        else:
+            lengths = self._step_cache[1]
+        assert reader is not None
+        row = reader.row(step)
+        weight = step_weight(reader.info, row, self._plan.step_size(step), self.num_replicas)
+        return cut_micro_batches(
+            reader.info, ids, lengths, row, weight, f"{reader.where}, step {step}"
+        )
+
+    def _token_step(self, step: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        if self._reader is None:  # pragma: no cover - set by _open_file
+            raise PlanError(f"{self.plan_dir.path}: no epoch loaded")
+        ids, lengths = self._reader.step(step)
+        self._step_cache = (step, lengths)
+        return ids, lengths
+
     def _open_file(self, epoch: int) -> None:
-        opened = self.plan_dir.open_rank_file(epoch, self.rank, self.num_replicas)
+        d = self.plan_dir
+        if d.tokens is not None:
+            d.check_world_size(self.num_replicas)
+            reader = TokenRankReader(d, epoch, self.rank)
+            if self._reader is not None:
+                self._reader.close()
+            self._reader, self._step_cache = reader, None
+            self._file = reader._ids
+            return
+        opened = d.open_rank_file(epoch, self.rank, self.num_replicas)
         if self._file is not None:
             self._file.close()
         self._file = opened
 
     def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
+        if self._reader is not None:
+            return self._token_step(step)[0]
         plan, r, w = self._plan, self.rank, self.num_replicas
         if self._file is None:  # pragma: no cover - set by the constructor
             raise PlanError(f"{self.plan_dir.path}: no epoch loaded")
@@ -103,13 +161,59 @@ class PlanSampler(ElasticBatchSampler):
             f"num_replicas={self.num_replicas}, rank={self.rank}, epoch={self.epoch})"
         )
 
+    def __len__(self) -> int:
+        if self._reader is None:
+            return super().__len__()
+        first = self._resume or 0
+        return int(self._reader.micro_batch_counts()[first:].sum())
+
+    def state_dict_at_step(self, step: int) -> dict[str, Any]:
+        state = super().state_dict_at_step(step)
+        tokens = self.plan_dir.tokens
+        if tokens is not None:
+            state.update(_token_state(tokens))
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        tokens = self.plan_dir.tokens
+        if tokens is not None and isinstance(state_dict, dict):
+            state_dict = dict(state_dict)
+            for key, mine in _token_state(tokens).items():
+                if key not in state_dict:
+                    raise ValueError(
+                        f"state_dict has no {key!r}: it is the state of a plan without lengths, "
+                        "and this plan has them"
+                    )
+                saved = state_dict.pop(key)
+                if isinstance(saved, list):
+                    saved = tuple(saved)
+                if saved != mine:
+                    raise ValueError(
+                        f"state_dict[{key!r}] is {saved!r} but the plan directory has {mine!r}"
+                    )
+        super().load_state_dict(state_dict)
+
     def __getstate__(self) -> dict[str, Any]:
         # Open files are not pickled: the file is checked and opened again
         # when unpickled.
         state = self.__dict__.copy()
         state["_file"] = None
+        state["_reader"] = None
+        state["_step_cache"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._open_file(self.epoch)
+
+
+def _token_state(tokens: Any) -> dict[str, Any]:
+    """What a token plan's state adds to a plan's: as ``EpochPlan.state_dict``
+    records it."""
+    loss = tokens.loss_tokens
+    return {
+        "cost": tokens.cost,
+        "loss_normalization": tokens.loss_normalization,
+        "lengths_digest": tokens.lengths.digest,
+        "loss_tokens_digest": None if loss is None else loss.digest,
+    }

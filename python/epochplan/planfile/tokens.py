@@ -1,0 +1,222 @@
+"""A token plan's part of the manifest: where its lengths are, their digests,
+the models and caps it was dealt under, and its token files.
+
+A token plan directory (plan-file version 3) holds, beside each rank file of
+ids (in the balanced dealing's order), what a rank needs to cut its own
+micro-batches without reading any other rank's data or the global lengths,
+each a 1-d little-endian int64 ``.npy`` file::
+
+    epoch-EEEE/steps.npy                    4 values per step: T_t, M, filler id, filler length
+    epoch-EEEE/rank-RRRRR.offsets.npy       num_steps + 1 offsets of the steps in the rank file
+    epoch-EEEE/rank-RRRRR.lengths.npy       the lengths of the rank file's ids, in its order
+    epoch-EEEE/rank-RRRRR.loss_tokens.npy   their loss tokens (only when not the lengths)
+
+:class:`TokenInfo` is that part, parsed and checked once by
+:meth:`TokenInfo.parse`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import epochplan._native as _native
+from epochplan.planfile.errors import PlanError
+
+__all__ = [
+    "STEP_COLUMNS",
+    "TOKEN_PLAN_FILE_VERSION",
+    "ArraySource",
+    "TokenFile",
+    "TokenInfo",
+    "token_file_name",
+]
+
+#: The plan-file version of a directory holding a token plan (a reader of
+#: version 2 would serve its ids with the strided micro-batches and weights).
+TOKEN_PLAN_FILE_VERSION = 3
+#: The columns of ``steps.npy``, row-major: the step's loss tokens ``T_t``,
+#: its micro-batch count ``M`` (every rank's), the filler's id and length.
+STEP_COLUMNS = ("step_tokens", "micro_batches", "filler_id", "filler_length")
+# The roles of a token file, in the order the manifest lists them.
+_RANK_ROLES = ("offsets", "lengths", "loss_tokens")
+
+
+def token_file_name(epoch: int, rank: int | None, role: str) -> str:
+    """The path of a token file inside a plan directory (``rank`` None for
+    the epoch's ``steps.npy``)."""
+    if rank is None:
+        return f"epoch-{epoch:04d}/steps.npy"
+    return f"epoch-{epoch:04d}/rank-{rank:05d}.{role}.npy"
+
+
+@dataclass(frozen=True)
+class ArraySource:
+    """Where an array of lengths (or loss tokens) was read from: its file
+    (absolute; None for an array given in memory), its dtype and the offset
+    of its values in the file, and its digest (as a plan's state records it)."""
+
+    path: str | None
+    dtype: str | None
+    offset: int | None
+    digest: str
+
+    @classmethod
+    def parse(cls, value: Any, key: str, where: Path) -> ArraySource:
+        if not isinstance(value, dict):
+            raise PlanError(f"{where}: tokens[{key!r}] is not an object")
+        path, dtype, offset = value.get("path"), value.get("dtype"), value.get("offset")
+        digest = value.get("digest")
+        if not (isinstance(digest, str) and digest.startswith("blake3:") and len(digest) == 71):
+            raise PlanError(f"{where}: tokens[{key!r}] has no valid 'digest'")
+        if path is None:
+            if dtype is not None or offset is not None:
+                raise PlanError(f"{where}: tokens[{key!r}] has a dtype or offset but no path")
+        elif not (
+            isinstance(path, str)
+            and Path(path).is_absolute()
+            and isinstance(dtype, str)
+            and type(offset) is int
+            and offset >= 0
+        ):
+            raise PlanError(
+                f"{where}: tokens[{key!r}] must hold an absolute 'path', a 'dtype' and an 'offset'"
+            )
+        return cls(path, dtype, offset, digest)
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    """One token file as the manifest lists it (``rank`` None for ``steps``)."""
+
+    epoch: int
+    rank: int | None
+    role: str
+    path: str
+    count: int
+    bytes: int
+    blake3: str
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A token plan's part of the manifest (see the module docs)."""
+
+    lengths: ArraySource
+    loss_tokens: ArraySource | None
+    cost: str | tuple[float, float]
+    loss_normalization: str
+    micro_batch_size: int | None
+    max_tokens: int | None
+    files: tuple[TokenFile, ...]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles of each rank's token files."""
+        return _RANK_ROLES if self.loss_tokens is not None else _RANK_ROLES[:2]
+
+    def file(self, epoch_index: int, world_size: int, rank: int | None, role: str) -> TokenFile:
+        """The entry of a token file of the ``epoch_index``-th epoch."""
+        per_epoch = 1 + world_size * len(self.roles)
+        base = epoch_index * per_epoch
+        if rank is None:
+            return self.files[base]
+        return self.files[base + 1 + rank * len(self.roles) + self.roles.index(role)]
+
+    def section(self) -> dict[str, Any]:
+        """The ``tokens`` field of the manifest."""
+        return {
+            "lengths": asdict(self.lengths),
+            "loss_tokens": None if self.loss_tokens is None else asdict(self.loss_tokens),
+            "cost": self.cost if isinstance(self.cost, str) else list(self.cost),
+            "loss_normalization": self.loss_normalization,
+            "micro_batch_size": self.micro_batch_size,
+            "max_tokens": self.max_tokens,
+        }
+
+    def file_list(self) -> list[dict[str, Any]]:
+        """The ``token_files`` field of the manifest."""
+        return [asdict(f) for f in self.files]
+
+    @classmethod
+    def parse(
+        cls,
+        m: Mapping[str, Any],
+        where: Path,
+        epochs: Sequence[int],
+        world_size: int,
+        num_steps: int,
+        rank_counts: Sequence[int],
+    ) -> TokenInfo:
+        """Checks a version-3 manifest's ``tokens`` and ``token_files``
+        against the epochs, the world size, the step count and the rank
+        files' counts (``rank_counts``, epoch after epoch)."""
+        t = m.get("tokens")
+        if not isinstance(t, dict):
+            raise PlanError(f"{where}: a token plan's manifest needs a 'tokens' object")
+        lengths = ArraySource.parse(t.get("lengths"), "lengths", where)
+        loss = None
+        if t.get("loss_tokens") is not None:
+            loss = ArraySource.parse(t.get("loss_tokens"), "loss_tokens", where)
+        cost: Any = t.get("cost")
+        if cost != "tokens":
+            ok = (
+                isinstance(cost, list)
+                and len(cost) == 2
+                and all(type(x) in (int, float) and math.isfinite(x) and x >= 0 for x in cost)
+                and any(x > 0 for x in cost)
+            )
+            if not ok:
+                raise PlanError(f"{where}: tokens['cost'] is {cost!r}, not 'tokens' or [a, b]")
+            cost = (float(cost[0]), float(cost[1]))
+        if t.get("loss_normalization") not in ("tokens", "samples"):
+            raise PlanError(
+                f"{where}: tokens['loss_normalization'] is {t.get('loss_normalization')!r}"
+            )
+        caps = []
+        for key in ("micro_batch_size", "max_tokens"):
+            value = t.get(key)
+            if value is not None and not (type(value) is int and 1 <= value <= _native.MAX_SAMPLES):
+                raise PlanError(f"{where}: tokens[{key!r}] is {value!r}, not None or an int >= 1")
+            caps.append(value)
+        if caps == [None, None]:
+            raise PlanError(f"{where}: tokens has neither 'micro_batch_size' nor 'max_tokens'")
+        info = cls(lengths, loss, cost, t["loss_normalization"], caps[0], caps[1], ())
+        files = m.get("token_files")
+        if not isinstance(files, list):
+            raise PlanError(f"{where}: a token plan's manifest needs a 'token_files' list")
+        want: list[tuple[int, int | None, str, int]] = []
+        for i, epoch in enumerate(epochs):
+            want.append((epoch, None, "steps", len(STEP_COLUMNS) * num_steps))
+            for rank in range(world_size):
+                count = rank_counts[i * world_size + rank]
+                for role in info.roles:
+                    want.append((epoch, rank, role, num_steps + 1 if role == "offsets" else count))
+        if len(files) != len(want):
+            raise PlanError(f"{where}: lists {len(files)} token files, expected {len(want)}")
+        entries = []
+        for k, (entry, (epoch, which, role, size)) in enumerate(zip(files, want, strict=True)):
+            if not isinstance(entry, dict):
+                raise PlanError(f"{where}: token_files[{k}] is not an object")
+            expected = {
+                "epoch": epoch,
+                "rank": which,
+                "role": role,
+                "path": token_file_name(epoch, which, role),
+                "count": size,
+                "bytes": _native.npy_file_size(size),
+            }
+            for key, value in expected.items():
+                if type(entry.get(key)) is not type(value) or entry.get(key) != value:
+                    raise PlanError(
+                        f"{where}: token_files[{k}] {key!r} is {entry.get(key)!r}, "
+                        f"expected {value!r}"
+                    )
+            digest = entry.get("blake3")
+            if not (isinstance(digest, str) and len(digest) == 64):
+                raise PlanError(f"{where}: token_files[{k}] has no valid 'blake3' checksum")
+            entries.append(TokenFile(**expected, blake3=digest))  # type: ignore[arg-type]
+        return cls(lengths, loss, cost, info.loss_normalization, caps[0], caps[1], tuple(entries))
