@@ -1,0 +1,503 @@
+"""Benchmark: token plans' per-step dealing against verl's, and one rank's
+whole epoch of micro-batches from memory-mapped lengths.
+
+    python benches/bench_tokens.py                       # both parts
+    python benches/bench_tokens.py --part dealing        # or --part epoch
+    python benches/bench_tokens.py --tiny --json out.json  # the test's sizes
+
+**Dealing** (``--part dealing``): for each length distribution, global batch
+size G and world size W, the same steps' samples are dealt by both sides,
+each side in its own fresh subprocess:
+
+- epochplan: ``plan.step_micro_batches(step, rank, W, max_tokens=CAP)`` on an
+  ``EpochPlan(..., lengths=...)``. One call reads the step's lengths, balances
+  the whole step over all W ranks and cuts that rank's micro-batches: it is
+  what each rank of a trainer runs per step, with no collective. "per rank"
+  is the median call; "all ranks" the sum of the W calls (one process doing
+  every rank's work, each call redoing the step's balance).
+- verl: what its trainer runs per step. The driver balances the step over
+  the W data-parallel ranks with ``get_seqlen_balanced_partitions(lengths, W,
+  equal_size=True)`` (its ``_balance_batch``; verl passes a workload
+  ``24576 L + L^2`` there, nearly proportional to L at these lengths: the
+  lengths are passed here, the cost epochplan balances); then each rank cuts
+  its share with ``rearrange_micro_batches(batch, max_token_len=CAP)``. "per
+  rank" is the balance plus the median rank's cut; "all ranks" the balance
+  plus every rank's cut. Without a process group verl skips the all-reduce
+  that makes the micro-batch counts equal: its counts are reported as they
+  come, and the all-reduce (one more collective per step) is not timed.
+
+verl is loaded from ``verl/utils/seqlen_balancing.py`` by file path, so its
+package ``__init__`` and dependencies stay out: ``pip install --no-deps
+verl==0.9.1`` (it needs torch). That file imports three verl names the two
+functions timed here do not need for a single process: ``DataProto`` (used
+by other functions), ``tensordict_utils.index_select_tensor_dict`` (slices
+the batch's tensors by each micro-batch's indices; the stand-in returns the
+indices, so the copy of tensors is not timed) and ``device.get_device_name``
+(only used with a process group). Stand-ins for them are registered while
+the file loads and removed after. The batch handed to
+``rearrange_micro_batches`` is a jagged nested ``input_ids`` tensor, the
+cheapest input it reads lengths from. W > G is shown for epochplan only
+(verl asserts at least one sample per rank).
+
+Reported per step (medians over ``--steps`` steps): times; the largest rank's
+tokens over the mean; padding waste, the sum over micro-batches of (longest
+sample x samples - tokens) over the real tokens (epochplan's zero-weight
+fillers count as waste); the largest micro-batch in tokens against the cap;
+micro-batches per rank, fewest and most.
+
+**Epoch** (``--part epoch``): one rank (3 of W = 8) iterates
+``plan.micro_batches(3, 8, max_tokens=CAP)`` over an ``np.memmap`` of int32
+lengths, G = 1024, in a fresh subprocess: N = 10^6 for the whole epoch, and
+N = 10^9 (a 4 GB file written under ``--dir`` first, skipped with the reason
+when the disk or memory is short) for ``--big-steps`` steps, the epoch's
+time extrapolated from them unless ``--big-full``. Peak RSS is the child's
+``ru_maxrss``, and the delta over its resident set after imports. The file is
+read through the page cache, warm after it was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GIB = 1 << 30
+MIB = 1 << 20
+VERL_PIN = "verl==0.9.1"
+DISTRIBUTIONS = ("lognormal", "bimodal", "uniform")
+
+# Full sizes, and the test's tiny ones.
+FULL = {"max_len": 8192, "cap": 16384, "gs": (256, 1024, 8192), "ws": (8, 64, 512)}
+TINY = {"max_len": 64, "cap": 128, "gs": (16, 64), "ws": (2, 8, 32)}
+
+
+def sample_lengths(dist: str, n: int, max_len: int, seed: int) -> np.ndarray[Any, Any]:
+    """``n`` int32 lengths in ``[1, max_len]``: lognormal (median max_len / 20,
+    a long tail), bimodal (80% short around max_len / 25, 20% long around
+    max_len / 2) or uniform."""
+    rng = np.random.default_rng(seed)
+    if dist == "lognormal":
+        values = rng.lognormal(np.log(max_len / 20), 1.0, n)
+    elif dist == "bimodal":
+        long = rng.random(n) < 0.2
+        values = np.where(
+            long,
+            rng.normal(max_len / 2, max_len / 8, n),
+            rng.normal(max_len / 25, max_len / 80, n),
+        )
+    elif dist == "uniform":
+        values = rng.integers(1, max_len + 1, n)
+    else:
+        raise ValueError(f"unknown distribution {dist!r}")
+    return np.clip(np.rint(values), 1, max_len).astype(np.int32)
+
+
+def loadavg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def find_verl() -> tuple[Path | None, str]:
+    """The path of verl's ``seqlen_balancing.py`` and verl's version, without
+    importing anything; ``None`` and the reason when verl or torch is missing."""
+    import importlib.machinery
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        info = f"verl {version('verl')}"
+    except PackageNotFoundError:
+        return None, f"verl is not installed (pip install --no-deps {VERL_PIN})"
+    spec = importlib.machinery.PathFinder.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None, "verl is installed but its package directory was not found"
+    path = Path(next(iter(spec.submodule_search_locations))) / "utils" / "seqlen_balancing.py"
+    if not path.is_file():
+        return None, f"{info} has no {path}"
+    if importlib.util.find_spec("torch") is None:
+        return None, f"{info} needs torch, which is not installed"
+    return path, info
+
+
+def load_verl() -> tuple[Any, str]:
+    """verl's ``seqlen_balancing`` module, loaded by file path, and its version;
+    ``None`` and the reason when verl or torch is missing."""
+    import importlib.util
+
+    path, info = find_verl()
+    if path is None:
+        return None, info
+
+    stubs = {
+        name: types.ModuleType(name)
+        for name in ("verl", "verl.protocol", "verl.utils", "verl.utils.tensordict_utils")
+    }
+    stubs["verl.utils.device"] = types.ModuleType("verl.utils.device")
+    stubs["verl.protocol"].DataProto = object  # type: ignore[attr-defined]
+    stubs["verl.utils"].tensordict_utils = stubs["verl.utils.tensordict_utils"]  # type: ignore[attr-defined]
+    stubs["verl.utils.tensordict_utils"].index_select_tensor_dict = (  # type: ignore[attr-defined]
+        lambda batch, indices: indices
+    )
+    stubs["verl.utils.device"].get_device_name = lambda: "cpu"  # type: ignore[attr-defined]
+    saved = {name: sys.modules.get(name) for name in stubs}
+    sys.modules.update(stubs)
+    try:
+        file_spec = importlib.util.spec_from_file_location("_verl_seqlen_balancing", path)
+        assert file_spec is not None and file_spec.loader is not None
+        module = importlib.util.module_from_spec(file_spec)
+        file_spec.loader.exec_module(module)
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
+    return module, info
+
+
+def summarise(
+    lengths: np.ndarray[Any, Any], ranks: list[list[list[int]]], real: list[list[list[bool]]]
+) -> dict[str, float]:
+    """Balance and padding of one step: ``ranks[r][m]`` the sample ids of rank
+    r's micro-batch m, ``real[r][m][k]`` whether its k-th sample counts."""
+    loads, waste, tokens, largest_mb = [], 0, 0, 0
+    for batches, flags in zip(ranks, real, strict=True):
+        load = 0
+        for ids, counts in zip(batches, flags, strict=True):
+            lens = lengths[np.asarray(ids, dtype=np.int64)].astype(np.int64)
+            real_tokens = int(lens[np.asarray(counts, dtype=bool)].sum())
+            load += real_tokens
+            waste += int(lens.max()) * len(lens) - real_tokens
+            largest_mb = max(largest_mb, int(lens.sum()))
+        loads.append(load)
+        tokens += load
+    counts = [len(b) for b in ranks]
+    return {
+        "max_over_mean": max(loads) / (tokens / len(ranks)),
+        "spread": max(loads) - min(loads),
+        "waste": waste / tokens,
+        "largest_mb": largest_mb,
+        "mb_min": min(counts),
+        "mb_max": max(counts),
+    }
+
+
+def deal_epochplan(plan: Any, step: int, w: int, cap: int) -> tuple[list[float], Any, Any]:
+    """Every rank's micro-batches of one step: the call times, ids, real flags."""
+    times, ranks, real = [], [], []
+    for r in range(w):
+        start = time.perf_counter()
+        batches = plan.step_micro_batches(step, r, w, max_tokens=cap)
+        times.append(time.perf_counter() - start)
+        ranks.append([ids.tolist() for ids, _ in batches])
+        real.append([(weights > 0).tolist() for _, weights in batches])
+    return times, ranks, real
+
+
+def deal_verl(
+    verl: Any, lengths: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], w: int, cap: int
+) -> tuple[float, list[float], Any, Any]:
+    """verl's balance of one step over W ranks, then every rank's micro-batches:
+    the balance's time, the cuts' times, ids, real flags."""
+    import torch
+
+    seq = lengths[ids].tolist()
+    start = time.perf_counter()
+    parts = verl.get_seqlen_balanced_partitions(seq, w, equal_size=True)
+    balance = time.perf_counter() - start
+    times, ranks, real = [], [], []
+    for part in parts:
+        share = [seq[i] for i in part]
+        offsets = torch.tensor(np.concatenate([[0], np.cumsum(share)]))
+        values = torch.zeros(int(offsets[-1]), dtype=torch.uint8)
+        batch = {"input_ids": torch.nested.nested_tensor_from_jagged(values, offsets)}
+        start = time.perf_counter()
+        _, micro = verl.rearrange_micro_batches(batch, max_token_len=cap)
+        times.append(time.perf_counter() - start)
+        ranks.append([[int(ids[part[i]]) for i in mb] for mb in micro])
+        real.append([[True] * len(mb) for mb in micro])
+    return balance, times, ranks, real
+
+
+def dealing_child(
+    impl: str, dist: str, gs: list[int], ws: list[int], steps: int, sizes: str
+) -> None:
+    """Deals ``steps`` steps for each (G, W) with one implementation; prints JSON."""
+    import epochplan as ep
+
+    size = TINY if sizes == "tiny" else FULL
+    max_len, cap = int(size["max_len"]), int(size["cap"])  # type: ignore[call-overload]
+    verl = None
+    if impl == "verl":
+        verl, info = load_verl()
+        if verl is None:
+            raise SystemExit(info)
+    rows = []
+    for g in gs:
+        lengths = sample_lengths(dist, g * steps, max_len, seed=g)
+        plan = ep.EpochPlan(len(lengths), g, seed=1, lengths=lengths)
+        step_ids = [np.sort(plan.step_indices(t, 0, 1)) for t in range(steps)]
+        for w in ws:
+            row: dict[str, Any] = {"impl": impl, "dist": dist, "G": g, "W": w, "cap": cap}
+            if impl == "verl" and w > g:
+                row["skipped"] = "verl needs W <= G"
+                rows.append(row)
+                continue
+            per_rank, all_ranks, stats = [], [], []
+            for t in range(steps):
+                if verl is None:
+                    times, ranks, real = deal_epochplan(plan, t, w, cap)
+                    balance = 0.0
+                else:
+                    balance, times, ranks, real = deal_verl(verl, lengths, step_ids[t], w, cap)
+                per_rank.append(balance + statistics.median(times))
+                all_ranks.append(balance + sum(times))
+                stats.append(summarise(lengths, ranks, real))
+            row["per_rank_s"] = statistics.median(per_rank)
+            row["all_ranks_s"] = statistics.median(all_ranks)
+            row["max_over_mean"] = statistics.median(s["max_over_mean"] for s in stats)
+            row["waste"] = statistics.median(s["waste"] for s in stats)
+            row["largest_mb"] = max(s["largest_mb"] for s in stats)
+            row["mb_min"] = min(s["mb_min"] for s in stats)
+            row["mb_max"] = max(s["mb_max"] for s in stats)
+            row["mb_rank_gap"] = max(s["mb_max"] - s["mb_min"] for s in stats)
+            row["spread_over_longest"] = max(
+                s["spread"] / int(lengths[i].max()) for s, i in zip(stats, step_ids, strict=True)
+            )
+            rows.append(row)
+    print(json.dumps(rows))
+
+
+def epoch_child(path: str, n: int, g: int, w: int, rank: int, steps: int, cap: int) -> None:
+    """One rank's micro-batches over ``steps`` steps (0: all) of a memmapped
+    int32 lengths file; prints JSON."""
+    import epochplan as ep
+
+    base = rss_bytes()
+    lengths = np.memmap(path, dtype=np.int32, mode="r", shape=(n,))
+    start = time.perf_counter()
+    plan = ep.EpochPlan(n, g, seed=0, lengths=lengths)
+    setup = time.perf_counter() - start
+    total = plan.num_steps if steps == 0 else min(steps, plan.num_steps)
+    micro, samples, done = 0, 0, 0
+    largest = 0
+    start = time.perf_counter()
+    for batches in plan.micro_batches(rank, w, max_tokens=cap):
+        micro += len(batches)
+        for ids, weights in batches:
+            samples += int((weights > 0).sum())
+            largest = max(largest, int(lengths[ids].sum()))
+        done += 1
+        if done == total:
+            break
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(
+        json.dumps(
+            {
+                "setup_s": setup,
+                "seconds": seconds,
+                "steps": done,
+                "num_steps": plan.num_steps,
+                "micro_batches": micro,
+                "samples": samples,
+                "largest_mb": largest,
+                "peak": peak,
+                "delta": peak - base,
+            }
+        )
+    )
+
+
+def run(args: list[str]) -> Any:
+    proc = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
+    size = TINY if opts.tiny else FULL
+    gs = opts.gs or ",".join(str(g) for g in size["gs"])
+    ws = opts.ws or ",".join(str(w) for w in size["ws"])
+    verl, verl_info = find_verl()
+    print(
+        f"Per-step dealing: epochplan against {verl_info}; max_tokens = {size['cap']}, "
+        f"lengths in [1, {size['max_len']}]; median of {opts.steps} steps; {loadavg()}"
+    )
+    print()
+    print(
+        "| lengths | G | W | per rank: epochplan ms | verl ms | ratio "
+        "| all ranks: epochplan ms | verl ms | ratio | largest rank / mean: epochplan | verl "
+        "| padding waste: epochplan | verl | largest micro-batch: epochplan | verl "
+        "| micro-batches per rank: epochplan | verl |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    rows = report.setdefault("dealing", [])
+    sizes = "tiny" if opts.tiny else "full"
+    for dist in opts.dists.split(","):
+        common = [dist, gs, ws, str(opts.steps), sizes]
+        ours = run(["--child-dealing", "epochplan", *common])
+        if isinstance(ours, dict):
+            raise SystemExit(f"epochplan failed: {ours['error']}")
+        theirs = run(["--child-dealing", "verl", *common]) if verl else {"error": verl_info}
+        if isinstance(theirs, dict):
+            theirs = [{"skipped": theirs["error"]} for _ in ours]
+        rows.extend(ours)
+        rows.extend(t for t in theirs if "impl" in t)
+        for mine, other in zip(ours, theirs, strict=True):
+            has = "per_rank_s" in other
+            cells = [dist, str(mine["G"]), str(mine["W"])]
+            for key in ("per_rank_s", "all_ranks_s"):
+                cells.append(f"{mine[key] * 1e3:.3g}")
+                cells.append(f"{other[key] * 1e3:.3g}" if has else "-")
+                cells.append(f"{other[key] / mine[key]:.0f}x" if has else "-")
+            for key, fmt in (("max_over_mean", "{:.3f}"), ("waste", "{:.3f}")):
+                cells.append(fmt.format(mine[key]))
+                cells.append(fmt.format(other[key]) if has else "-")
+            for r in (mine, other):
+                cells.append(f"{r['largest_mb']}" if has or r is mine else "-")
+            for r in (mine, other):
+                if "mb_min" not in r:
+                    cells.append(r["skipped"])
+                    continue
+                gap = f"; ranks differ by up to {r['mb_rank_gap']}" if r["mb_rank_gap"] else ""
+                cells.append(f"{r['mb_min']}-{r['mb_max']}{gap}")
+            print("| " + " | ".join(cells) + " |")
+    print()
+    print(f"({loadavg()} at the end)")
+
+
+def epoch(opts: argparse.Namespace, report: dict[str, Any]) -> None:
+    directory = Path(opts.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    g, w, rank, cap = opts.epoch_g, 8, 3, (TINY if opts.tiny else FULL)["cap"]
+    max_len = (TINY if opts.tiny else FULL)["max_len"]
+    print()
+    print(
+        f"One rank's epoch: EpochPlan(N, {g}, lengths=np.memmap(int32)).micro_batches"
+        f"({rank}, {w}, max_tokens={cap}); fresh process; {loadavg()}"
+    )
+    print()
+    print(
+        "| N | steps run / in the epoch | time (s) | ms per step | epoch (s) "
+        "| plan setup (s) | peak RSS (MiB) | RSS over imports (MiB) | largest micro-batch |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = report.setdefault("epoch", [])
+    for n, steps in ((opts.epoch_n, 0), (opts.big_n, 0 if opts.big_full else opts.big_steps)):
+        path = directory / f"lengths-{n}.int32"
+        need = 4 * n
+        free = shutil.disk_usage(directory).free
+        if not path.exists() or path.stat().st_size != need:
+            if free < need + GIB:
+                print(
+                    f"| {n:.0e} | skipped: the file needs {need / GIB:.1f} GiB, "
+                    f"{free / GIB:.1f} GiB free under {directory} |||||||"
+                )
+                rows.append({"N": n, "skipped": "disk"})
+                continue
+            if mem_available() < 2 * GIB:
+                print(f"| {n:.0e} | skipped: {mem_available() / GIB:.1f} GiB available |||||||")
+                rows.append({"N": n, "skipped": "memory"})
+                continue
+            start = time.perf_counter()
+            with open(path, "wb") as f:
+                chunk = 10**7
+                for offset in range(0, n, chunk):
+                    size = min(chunk, n - offset)
+                    sample_lengths("lognormal", size, max_len, seed=offset).tofile(f)
+            print(f"(wrote {path}, {need / MIB:.0f} MiB, in {time.perf_counter() - start:.0f} s)")
+        result = run(
+            ["--child-epoch", str(path), str(n), str(g), str(w), str(rank), str(steps), str(cap)]
+        )
+        if "error" in result:
+            raise SystemExit(f"epoch N={n} failed: {result['error']}")
+        per_step = result["seconds"] / result["steps"]
+        whole = result["seconds"] if result["steps"] == result["num_steps"] else None
+        epoch_s = (
+            f"{whole:.2f}"
+            if whole is not None
+            else f"~{per_step * result['num_steps']:.0f} (extrapolated)"
+        )
+        print(
+            f"| {n:.0e} | {result['steps']} / {result['num_steps']} | {result['seconds']:.3f} "
+            f"| {per_step * 1e3:.3f} | {epoch_s} | {result['setup_s']:.3f} "
+            f"| {result['peak'] / MIB:.0f} | {result['delta'] / MIB:.0f} "
+            f"| {result['largest_mb']} (cap {cap}) |"
+        )
+        rows.append({"N": n, "cap": cap, **result})
+        if not opts.keep:
+            path.unlink()
+    print()
+    print(f"({loadavg()} at the end)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("dealing", "epoch", "both"), default="both")
+    parser.add_argument("--tiny", action="store_true", help="the test's sizes (seconds)")
+    parser.add_argument("--steps", type=int, default=3, help="steps dealt per case")
+    parser.add_argument("--dists", default=",".join(DISTRIBUTIONS))
+    parser.add_argument("--gs", help="global batch sizes, comma-separated")
+    parser.add_argument("--ws", help="world sizes, comma-separated")
+    parser.add_argument("--epoch-n", type=int, default=10**6)
+    parser.add_argument("--epoch-g", type=int, default=1024)
+    parser.add_argument("--big-n", type=int, default=10**9)
+    parser.add_argument("--big-steps", type=int, default=2000)
+    parser.add_argument("--big-full", action="store_true", help="the 10^9 rank's whole epoch")
+    parser.add_argument("--dir", default="/tmp/epochplan-bench-tokens")
+    parser.add_argument("--keep", action="store_true", help="keep the lengths files written")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--child-dealing", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--child-epoch", nargs=7, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.child_dealing:
+        impl, dist, gs, ws, steps, sizes = opts.child_dealing
+        split = [[int(x) for x in v.split(",")] for v in (gs, ws)]
+        dealing_child(impl, dist, split[0], split[1], int(steps), sizes)
+        return
+    if opts.child_epoch:
+        path, *numbers = opts.child_epoch
+        epoch_child(path, *(int(x) for x in numbers))
+        return
+    import epochplan
+
+    print(f"epochplan {epochplan.__version__}, {os.cpu_count()} CPUs, {loadavg()}")
+    report: dict[str, Any] = {}
+    if opts.part in ("dealing", "both"):
+        dealing(opts, report)
+    if opts.part in ("epoch", "both"):
+        epoch(opts, report)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
