@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
                 **_token_kwargs(args),
             )
         t_write = time.perf_counter() - t0
-        files = len(d.manifest["files"])
+        files = len(d.manifest["files"]) + len(d.manifest.get("token_files", []))
         nbytes = int(d.manifest["total_bytes"])
         ids = sum(int(f["count"]) for f in d.manifest["files"])
         say(

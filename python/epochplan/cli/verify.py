@@ -61,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
                 if why is None
                 else f"the lengths file was not compared (not reachable: {why})"
             )
+        files = len(d.manifest["files"]) + len(d.manifest.get("token_files", []))
         print(
-            f"{args.dir}: ok ({len(d.manifest['files'])} files, "
+            f"{args.dir}: ok ({files} files, "
             f"{size_label(int(d.manifest['total_bytes']))}, N={d.num_samples:,}, "
             f"W={d.world_size}, epochs={d.epochs}; {ids}) in {time.perf_counter() - t0:.1f} s"
         )
