@@ -21,7 +21,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::{Arc, OnceLock};
 
 mod micro;
-mod space;
+pub(crate) mod space;
 mod state;
 
 pub use micro::MicroBatches;

@@ -4,8 +4,10 @@
 use crate::args::{bool_arg, int_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::permutation::kind_arg;
+use crate::plan::space::{Given, PlanSpace};
 use epochplan_core::plan::Plan;
 use epochplan_core::planfile::{self, ExpectedFile, FileSink};
+use epochplan_core::space::Space;
 use epochplan_core::{Kind, Layout, Order};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -54,6 +56,32 @@ impl PlanSpec {
             epoch,
             kind,
         })
+    }
+
+    /// The index space `space` gives (None or an int: `0..N`), for this
+    /// epoch (a Mixture's epoch `epoch`, with its default consumed counts).
+    pub(crate) fn space(
+        &self,
+        py: Python<'_>,
+        space: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Space> {
+        match space.filter(|s| !s.is_none()) {
+            None => Ok(Space::Range),
+            Some(obj) => {
+                let given = Given::parse(obj).map_err(|e| {
+                    PyErr::from_type(e.get_type(py), format!("space: {}", e.value(py)))
+                })?;
+                Ok(PlanSpace::new(py, &given, self.seed, self.epoch, None)?.space)
+            }
+        }
+    }
+
+    /// The plan of this spec over `space`, from the epoch's start.
+    pub(crate) fn plan(&self, py: Python<'_>, space: Option<&Bound<'_, PyAny>>) -> PyResult<Plan> {
+        let space = self.space(py, space)?;
+        Plan::from_parts(self.layout, self.order(py)?)
+            .and_then(|p| p.with_space(space))
+            .py()
     }
 
     /// The epoch's order, built without the GIL (kind="uniform"
@@ -124,7 +152,8 @@ fn npy_header<'py>(py: Python<'py>, count: &Bound<'py, PyAny>) -> PyResult<Bound
 /// `display_paths[rank]` when given (the path it will have once a writer
 /// working in a temporary directory publishes it), else by its path.
 #[pyfunction]
-#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None))]
+#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None, space = None))]
+#[allow(clippy::too_many_arguments)]
 fn write_epoch_files(
     py: Python<'_>,
     paths: Vec<String>,
@@ -133,6 +162,7 @@ fn write_epoch_files(
     fsync: bool,
     progress: Option<Py<PyAny>>,
     display_paths: Option<Vec<String>>,
+    space: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<(u64, u64, String)>> {
     let w = world_arg(world_size)?;
     let mut files = FileSink::new(paths_arg(paths, w)?, fsync);
@@ -141,8 +171,7 @@ fn write_epoch_files(
             .map_err(|_| PyValueError::new_err("display_paths must hold one path per rank"))?;
         files = files.shown_as(shown).py()?;
     }
-    let spec = PlanSpec::parse(&plan)?;
-    let plan = Plan::from_parts(spec.layout, spec.order(py)?).py()?;
+    let plan = PlanSpec::parse(&plan)?.plan(py, space)?;
     let ranks: Vec<u64> = (0..w).collect();
     let infos = run_detached(py, progress, |report| {
         planfile::write_rank_files(&plan, w, &ranks, files, report)
@@ -188,7 +217,7 @@ fn expected_files(
 /// whether every id was compared with the recomputed order (a uniform order
 /// is built only with `compare_ids` or for a dropped step).
 #[pyfunction]
-#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false))]
+#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false, space = None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_epoch_files(
     py: Python<'_>,
@@ -200,24 +229,27 @@ fn verify_epoch_files(
     plan: PlanArgs<'_>,
     progress: Option<Py<PyAny>>,
     compare_ids: bool,
+    space: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<bool> {
     let w = world_arg(world_size)?;
     let files = expected_files(paths, counts, sizes, checksums, w)?;
     let spec = PlanSpec::parse(&plan)?;
+    let space = spec.space(py, space)?;
     // A uniform table is built when the caller has room for it
     // (`compare_ids`) or when the ids left out by a short last step must be
     // known; without it the layout alone checks sizes and coverage, and the
     // ids are counted, not compared.
     let layout = spec.layout;
     let leaves_out = layout.cursor_at_step(layout.num_steps()) != layout.num_samples();
-    let order = if spec.kind != Kind::Uniform || leaves_out || compare_ids {
+    let mixture = matches!(space, Space::Mixture { .. });
+    let order = if spec.kind != Kind::Uniform || leaves_out || compare_ids || mixture {
         Some(spec.order(py)?)
     } else {
         None
     };
     let compared = order.is_some();
     run_detached(py, progress, |report| {
-        planfile::verify_rank_files(&layout, order.as_ref(), w, &files, report)
+        planfile::verify_rank_files(&layout, order.as_ref(), &space, w, &files, report)
     })?;
     Ok(compared)
 }

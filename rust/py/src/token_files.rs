@@ -57,7 +57,7 @@ impl TokenDealer {
     /// `world_size` ranks, under the caps; the arrays and models as
     /// `EpochPlan` takes them.
     #[new]
-    #[pyo3(signature = (plan, world_size, lengths, loss_tokens = None, cost = None, loss_normalization = None, *, micro_batch_size = None, max_tokens = None))]
+    #[pyo3(signature = (plan, world_size, lengths, loss_tokens = None, cost = None, loss_normalization = None, *, micro_batch_size = None, max_tokens = None, space = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -69,19 +69,23 @@ impl TokenDealer {
         loss_normalization: Option<&Bound<'_, PyAny>>,
         micro_batch_size: Option<&Bound<'_, PyAny>>,
         max_tokens: Option<&Bound<'_, PyAny>>,
+        space: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<TokenDealer> {
         let world_size = int_arg(world_size, "world_size", 1, MAX_I64)?;
         let spec = PlanSpec::parse(&plan)?;
         let cost = cost_arg(cost)?.unwrap_or(Cost::Tokens);
         let normalization = normalization_arg(loss_normalization)?.unwrap_or(Normalization::Tokens);
         let caps = caps_arg(micro_batch_size, max_tokens)?;
-        let n = spec.layout.num_samples();
-        let tokens = TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), n)?;
+        let space = spec.space(py, space)?;
+        let store = space.store_size(spec.layout.num_samples());
+        let tokens = TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), store)?;
         let layout = spec
             .layout
             .with_dealing(Dealing::Balanced { cost }, normalization)
             .py()?;
-        let plan = Plan::from_parts(layout, spec.order(py)?).py()?;
+        let plan = Plan::from_parts(layout, spec.order(py)?)
+            .and_then(|p| p.with_space(space))
+            .py()?;
         Ok(TokenDealer {
             plan,
             tokens,

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::*;
+use crate::space::Space;
 use crate::Kind;
 
 fn plan(n: u64, g: u64, drop_last: bool) -> Plan {
@@ -153,7 +154,14 @@ fn written(p: &Plan, w: u64, dir: &Path) -> Vec<ExpectedFile> {
 }
 
 fn verify(p: &Plan, w: u64, files: &[ExpectedFile]) -> Result<()> {
-    verify_rank_files(p.layout(), Some(p.order()), w, files, &mut |_| true)
+    verify_rank_files(
+        p.layout(),
+        Some(p.order()),
+        &Space::Range,
+        w,
+        files,
+        &mut |_| true,
+    )
 }
 
 #[test]
@@ -236,13 +244,21 @@ fn verification_without_the_order_needs_no_left_out_positions() {
     let p = plan(100, 8, false);
     let files = written(&p, 2, &dir.0);
     assert_eq!(
-        verify_rank_files(p.layout(), None, 2, &files, &mut |_| true),
+        verify_rank_files(p.layout(), None, &Space::Range, 2, &files, &mut |_| true),
         Ok(())
     );
     let dropped = plan(100, 8, true);
     let dropped_dir = TempDir::new("layout-dropped");
     let files = written(&dropped, 2, &dropped_dir.0);
-    let err = verify_rank_files(dropped.layout(), None, 2, &files, &mut |_| true).unwrap_err();
+    let err = verify_rank_files(
+        dropped.layout(),
+        None,
+        &Space::Range,
+        2,
+        &files,
+        &mut |_| true,
+    )
+    .unwrap_err();
     assert_eq!(
         err,
         Error::plan_file(
@@ -250,4 +266,73 @@ fn verification_without_the_order_needs_no_left_out_positions() {
             "checking which ids the steps leave out needs the epoch's order"
         )
     );
+}
+
+#[test]
+fn plans_over_spaces_verify_against_their_space() {
+    use crate::space::{Mixture, Selection};
+    use std::sync::Arc;
+    let over = |space: Space, len: u64, kind: Kind| {
+        Plan::new(Order::new(len, 3, 1, kind).unwrap(), 8, false, 0)
+            .unwrap()
+            .with_space(space)
+            .unwrap()
+    };
+    let sel = Space::Selection(Arc::new(
+        Selection::from_ranges(&[(10, 40), (60, 90)], 100).unwrap(),
+    ));
+    let p = over(sel.clone(), 60, Kind::Cipher);
+    let dir = TempDir::new("space-selection");
+    let files = written(&p, 3, &dir.0);
+    let check = |order: Option<&Order>, space: &Space, files: &[ExpectedFile]| {
+        verify_rank_files(p.layout(), order, space, 3, files, &mut |_| true)
+    };
+    assert_eq!(check(Some(p.order()), &sel, &files), Ok(()));
+    assert_eq!(check(None, &sel, &files), Ok(()));
+    // Checked as a plan over 0..60, the files hold other ids.
+    assert!(check(Some(p.order()), &Space::Range, &files).is_err());
+    // Files of another selection of the same size: not the plan's ids, and
+    // without the order, not the selection's.
+    let other = Space::Selection(Arc::new(
+        Selection::from_ranges(&[(0, 30), (60, 90)], 100).unwrap(),
+    ));
+    let other_dir = TempDir::new("space-other");
+    let wrong = written(&over(other, 60, Kind::Cipher), 3, &other_dir.0);
+    let err = check(Some(p.order()), &sel, &wrong).unwrap_err();
+    assert!(err.to_string().contains("differs from the plan's"), "{err}");
+    let err = check(None, &sel, &wrong).unwrap_err();
+    assert!(
+        err.to_string().contains("is not in the plan's selection"),
+        "{err}"
+    );
+
+    // A mixture with a source shown twice: repeated ids are its multiplicities.
+    let mixture = Mixture::from_sizes(&[5, 20], 1).unwrap();
+    let epoch = Arc::new(mixture.epoch(&[10, 10], &[0, 0]).unwrap());
+    let mix = Space::Mixture {
+        epoch,
+        seed: 3,
+        plan_epoch: 1,
+    };
+    let p = over(mix.clone(), 20, Kind::Identity);
+    let dir = TempDir::new("space-mixture");
+    let files = written(&p, 2, &dir.0);
+    let verify_mix = |space: &Space| {
+        verify_rank_files(p.layout(), Some(p.order()), space, 2, &files, &mut |_| true)
+    };
+    assert_eq!(verify_mix(&mix), Ok(()));
+    let reseeded = Space::Mixture {
+        epoch: Arc::new(
+            Mixture::from_sizes(&[5, 20], 2)
+                .unwrap()
+                .epoch(&[10, 10], &[0, 0])
+                .unwrap(),
+        ),
+        seed: 3,
+        plan_epoch: 1,
+    };
+    let err = verify_mix(&reseeded).unwrap_err();
+    assert!(err.to_string().contains("differs from the plan's"), "{err}");
+    let err = verify_rank_files(p.layout(), None, &mix, 2, &files, &mut |_| true).unwrap_err();
+    assert!(err.to_string().contains("needs the epoch's order"), "{err}");
 }

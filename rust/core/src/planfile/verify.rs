@@ -9,6 +9,7 @@ use crate::layout::Layout;
 use crate::order::Order;
 use crate::parallel;
 use crate::plan::Plan;
+use crate::space::Space;
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::Read;
@@ -208,6 +209,7 @@ impl Bitmap {
 pub fn verify_rank_files(
     layout: &Layout,
     order: Option<&Order>,
+    space: &Space,
     world_size: u64,
     files: &[ExpectedFile],
     progress: &mut dyn FnMut(u64) -> bool,
@@ -230,12 +232,24 @@ pub fn verify_rank_files(
         }
     }
     let plan = order
-        .map(|o| Plan::from_parts(*layout, o.clone()))
+        .map(|o| Plan::from_parts(*layout, o.clone()).and_then(|p| p.with_space(space.clone())))
         .transpose()?;
-    let bitmap = Bitmap::new(layout.num_samples())?;
+    // A mixture's ids repeat (a source shown more than once): its files are
+    // proved by comparing every id with the plan's (its order, the
+    // identity, is always known), not by distinctness.
+    let distinct = !matches!(space, Space::Mixture { .. });
+    if !distinct && plan.is_none() {
+        return Err(violation(
+            epoch_dir,
+            "checking a plan over a mixture needs the epoch's order",
+        ));
+    }
+    let store = space.store_size(layout.num_samples());
+    let bitmap = Bitmap::new(if distinct { store } else { 0 })?;
     let left_out = LeftOut::of(layout);
     match &plan {
-        Some(plan) => left_out.mark(plan.order(), &bitmap),
+        Some(plan) if distinct => left_out.mark(plan, &bitmap),
+        Some(_) => {}
         None if !left_out.is_empty() => {
             return Err(violation(
                 epoch_dir,
@@ -247,6 +261,9 @@ pub fn verify_rank_files(
     let checks = Checks {
         layout,
         plan: plan.as_ref(),
+        space,
+        store,
+        distinct,
         bitmap: &bitmap,
         left_out: &left_out,
     };
@@ -289,14 +306,15 @@ impl LeftOut {
     }
 
     /// Calls `f` with the ids at the left-out positions, a chunk at a time.
-    fn for_each_chunk(&self, order: &Order, mut f: impl FnMut(&[i64]) -> bool) {
+    fn for_each_chunk(&self, plan: &Plan, mut f: impl FnMut(&[i64]) -> bool) {
         const CHUNK: u64 = 1 << 16;
         for &(begin, end) in &self.0 {
             let mut at = begin;
             while at < end {
                 let len = CHUNK.min(end - at);
                 let mut ids: Vec<i64> = (at as i64..(at + len) as i64).collect();
-                order.map_slice(&mut ids);
+                // In [0, N) by construction: the mapping cannot fail.
+                let _ = plan.map_positions(&mut ids);
                 if !f(&ids) {
                     return;
                 }
@@ -307,8 +325,8 @@ impl LeftOut {
 
     /// Sets the bits of the left-out ids, so that one of them in a file
     /// reads as already seen.
-    fn mark(&self, order: &Order, bitmap: &Bitmap) {
-        self.for_each_chunk(order, |ids| {
+    fn mark(&self, plan: &Plan, bitmap: &Bitmap) {
+        self.for_each_chunk(plan, |ids| {
             for &id in ids {
                 bitmap.test_and_set(id as u64);
             }
@@ -323,7 +341,7 @@ impl LeftOut {
             return false;
         };
         let mut found = false;
-        self.for_each_chunk(plan.order(), |ids| {
+        self.for_each_chunk(plan, |ids| {
             found = ids.contains(&id);
             !found
         });
@@ -336,6 +354,12 @@ struct Checks<'a> {
     layout: &'a Layout,
     /// The layout with the epoch's order, when it is known.
     plan: Option<&'a Plan>,
+    /// The index space the ids come from.
+    space: &'a Space,
+    /// Every id is below it.
+    store: u64,
+    /// Whether the ids are distinct (every space but a mixture).
+    distinct: bool,
     /// The ids seen so far in the epoch, and the left-out ones.
     bitmap: &'a Bitmap,
     left_out: &'a LeftOut,
@@ -378,7 +402,7 @@ fn verify_one(
 /// not known), outside `[0, n)`, left out by the steps or already seen in
 /// the epoch.
 fn first_bad_id(start: u64, bytes: &[u8], expected: &[i64], checks: &Checks) -> Option<String> {
-    let n = checks.layout.num_samples();
+    let n = checks.store;
     for (k, raw) in bytes.chunks_exact(8).enumerate() {
         let mut word = [0u8; 8];
         word.copy_from_slice(raw);
@@ -389,16 +413,26 @@ fn first_bad_id(start: u64, bytes: &[u8], expected: &[i64], checks: &Checks) -> 
         }
         if let Some(&want) = expected.get(k) {
             if id != want {
-                return Some(if checks.left_out.contains(checks.plan, id) {
-                    format!(
+                return Some(
+                    if checks.distinct && checks.left_out.contains(checks.plan, id) {
+                        format!(
                         "id {id} at index {at} is not in the epoch's steps (the plan's is {want})"
                     )
-                } else {
-                    format!("id {id} at index {at} differs from the plan's {want}")
-                });
+                    } else {
+                        format!("id {id} at index {at} differs from the plan's {want}")
+                    },
+                );
+            }
+        } else if let Space::Selection(sel) = checks.space {
+            // The order is not known (a uniform table not built): the id
+            // must at least be one of the selection's.
+            if !sel.contains(id as u64) {
+                return Some(format!(
+                    "id {id} at index {at} is not in the plan's selection"
+                ));
             }
         }
-        if checks.bitmap.test_and_set(id as u64) {
+        if checks.distinct && checks.bitmap.test_and_set(id as u64) {
             return Some(if checks.left_out.contains(checks.plan, id) {
                 format!("id {id} at index {at} is not in the epoch's steps")
             } else {

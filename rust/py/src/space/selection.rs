@@ -465,6 +465,14 @@ impl Selection {
         kind_name(self.sel.kind())
     }
 
+    /// A random-split part's ``(seed, start, length)``: the positions
+    /// ``[start, start + length)`` of the split's keyed permutation of the
+    /// store; None for other kinds.
+    #[getter]
+    fn split_part(&self) -> Option<(u64, u64, u64)> {
+        self.sel.as_split_part()
+    }
+
     /// The ranges ``(start, stop)`` of a range selection, merged and sorted;
     /// None for other kinds.
     #[getter]
