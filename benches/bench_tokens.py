@@ -342,6 +342,33 @@ def run(args: list[str]) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def speedup(ratio: float) -> str:
+    return f"{ratio:.0f}x" if ratio >= 9.5 else f"{ratio:.2g}x"
+
+
+def dealing_row(mine: dict[str, Any], other: dict[str, Any]) -> str:
+    """One table row: epochplan's result for a (distribution, G, W), verl's
+    (or why it was skipped)."""
+    has = "per_rank_s" in other
+    cells = [mine["dist"], str(mine["G"]), str(mine["W"])]
+    for key in ("per_rank_s", "all_ranks_s"):
+        cells.append(f"{mine[key] * 1e3:.3g}")
+        cells.append(f"{other[key] * 1e3:.3g}" if has else "-")
+        cells.append(speedup(other[key] / mine[key]) if has else "-")
+    for key, fmt in (("max_over_mean", "{:.3f}"), ("waste", "{:.3f}")):
+        cells.append(fmt.format(mine[key]))
+        cells.append(fmt.format(other[key]) if has else "-")
+    cells.append(str(mine["largest_mb"]))
+    cells.append(str(other["largest_mb"]) if has else "-")
+    for r in (mine, other):
+        if "mb_min" not in r:
+            cells.append(r["skipped"])
+            continue
+        gap = f"; ranks differ by up to {r['mb_rank_gap']}" if r["mb_rank_gap"] else ""
+        cells.append(f"{r['mb_min']}-{r['mb_max']}{gap}")
+    return "| " + " | ".join(cells) + " |"
+
+
 def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
     size = TINY if opts.tiny else FULL
     gs = opts.gs or ",".join(str(g) for g in size["gs"])
@@ -372,24 +399,7 @@ def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
         rows.extend(ours)
         rows.extend(t for t in theirs if "impl" in t)
         for mine, other in zip(ours, theirs, strict=True):
-            has = "per_rank_s" in other
-            cells = [dist, str(mine["G"]), str(mine["W"])]
-            for key in ("per_rank_s", "all_ranks_s"):
-                cells.append(f"{mine[key] * 1e3:.3g}")
-                cells.append(f"{other[key] * 1e3:.3g}" if has else "-")
-                cells.append(f"{other[key] / mine[key]:.0f}x" if has else "-")
-            for key, fmt in (("max_over_mean", "{:.3f}"), ("waste", "{:.3f}")):
-                cells.append(fmt.format(mine[key]))
-                cells.append(fmt.format(other[key]) if has else "-")
-            for r in (mine, other):
-                cells.append(f"{r['largest_mb']}" if has or r is mine else "-")
-            for r in (mine, other):
-                if "mb_min" not in r:
-                    cells.append(r["skipped"])
-                    continue
-                gap = f"; ranks differ by up to {r['mb_rank_gap']}" if r["mb_rank_gap"] else ""
-                cells.append(f"{r['mb_min']}-{r['mb_max']}{gap}")
-            print("| " + " | ".join(cells) + " |")
+            print(dealing_row(mine, other))
     print()
     print(f"({loadavg()} at the end)")
 
