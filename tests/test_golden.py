@@ -171,9 +171,9 @@ def plan_steps(plan: ep.EpochPlan) -> list[int]:
     return sorted({first, first + 1, (first + end) // 2, end - 1})
 
 
-def plan_digest(entry: tuple) -> tuple[str, list[int]]:
-    kind, n, g, w, b, drop_last, cursor, seed, epoch = entry
-    plan = golden_plan(kind, n, g, seed, epoch, drop_last, cursor)
+def micro_batch_digest(plan: ep.EpochPlan, w: int, b: int) -> tuple[str, list[int]]:
+    """The sha256[:32] of every rank's micro-batches of the steps
+    ``plan_steps`` picks, and the ids of rank 0's first one (at most 8)."""
     h = hashlib.sha256()
     head: list[int] = []
     for step in plan_steps(plan):
@@ -184,6 +184,11 @@ def plan_digest(entry: tuple) -> tuple[str, list[int]]:
                 if not head:
                     head = ids[:8].tolist()
     return h.hexdigest()[:32], head
+
+
+def plan_digest(entry: tuple) -> tuple[str, list[int]]:
+    kind, n, g, w, b, drop_last, cursor, seed, epoch = entry
+    return micro_batch_digest(golden_plan(kind, n, g, seed, epoch, drop_last, cursor), w, b)
 
 
 def render_plans() -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_golden import plan_steps
+from test_golden import micro_batch_digest
 
 import epochplan as ep
 
@@ -87,17 +87,9 @@ def entry_plan(entry: tuple) -> ep.EpochPlan:
 def digest(entry: tuple) -> tuple[str, str, list[int]]:
     _name, _kind, _g, w, b, *_ = entry
     plan = entry_plan(entry)
-    h = hashlib.sha256()
-    head: list[int] = []
-    for step in plan_steps(plan):
-        for rank in range(w):
-            for ids, weights in plan.step_micro_batches(step, rank, w, b):
-                h.update(ids.astype("<i8").tobytes())
-                h.update(weights.astype("<f8").tobytes())
-                if not head:
-                    head = ids[:8].tolist()
+    h, head = micro_batch_digest(plan, w, b)
     space_digest = plan.state_dict()["space"]["digest"].removeprefix("blake3:")[:16]
-    return h.hexdigest()[:32], space_digest, head
+    return h, space_digest, head
 
 
 def render() -> str:

@@ -36,6 +36,13 @@ type TokenArgs<'a, 'py> = (
     Option<&'a Bound<'py, PyAny>>,
 );
 
+/// What a rank's step gives: its sample ids, or the source of each.
+#[derive(Debug, Clone, Copy)]
+enum Of {
+    Ids,
+    Sources,
+}
+
 /// How micro-batches are capped: by samples (a plan without lengths) or
 /// by samples and/or tokens (a token plan).
 #[derive(Debug, Clone, Copy)]
@@ -341,6 +348,32 @@ impl EpochPlan {
         }
     }
 
+    /// Rank `rank`'s ids of step `step`, or their sources, in dealing order.
+    fn rank_step(
+        &self,
+        py: Python<'_>,
+        (step, rank, world_size): (&Bound<'_, PyAny>, &Bound<'_, PyAny>, &Bound<'_, PyAny>),
+        of: Of,
+    ) -> PyResult<Vec<i64>> {
+        let step = step_arg(step, self.layout.num_steps(), false)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        let plan = self.plan(py)?;
+        if self.tokens.is_some() {
+            let (mut samples, shares) = self.shares(py, &plan, step, w)?;
+            if let Of::Sources = of {
+                // The dealing picks the step's samples by their place in it:
+                // the same picks from the step's sources give theirs.
+                samples.ids = py.detach(|| plan.step_position_sources(step)).py()?;
+            }
+            return self.layout.dealt_ids(&samples, &shares, rank).py();
+        }
+        py.detach(|| match of {
+            Of::Ids => plan.step_indices(step, rank, w),
+            Of::Sources => plan.step_sources(step, rank, w),
+        })
+        .py()
+    }
+
     /// Rank `rank`'s real samples in steps `first..last` of a token plan.
     fn token_rank_len(
         &self,
@@ -541,16 +574,9 @@ impl EpochPlan {
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let step = step_arg(step, self.layout.num_steps(), false)?;
-        let (rank, w) = rank_args(rank, world_size)?;
-        let plan = self.plan(py)?;
-        let ids = if self.tokens.is_some() {
-            let (samples, shares) = self.shares(py, &plan, step, w)?;
-            self.layout.dealt_ids(&samples, &shares, rank).py()?
-        } else {
-            py.detach(|| plan.step_indices(step, rank, w)).py()?
-        };
-        Ok(ids.into_pyarray(py))
+        Ok(self
+            .rank_step(py, (step, rank, world_size), Of::Ids)?
+            .into_pyarray(py))
     }
 
     /// The source of each of rank `rank`'s samples in step `step`, in the
@@ -564,19 +590,9 @@ impl EpochPlan {
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let step = step_arg(step, self.layout.num_steps(), false)?;
-        let (rank, w) = rank_args(rank, world_size)?;
-        let plan = self.plan(py)?;
-        let sources = if self.tokens.is_some() {
-            // The dealing picks the step's samples by their place in it:
-            // the same picks from the step's sources give theirs.
-            let (mut samples, shares) = self.shares(py, &plan, step, w)?;
-            samples.ids = py.detach(|| plan.step_position_sources(step)).py()?;
-            self.layout.dealt_ids(&samples, &shares, rank).py()?
-        } else {
-            py.detach(|| plan.step_sources(step, rank, w)).py()?
-        };
-        Ok(sources.into_pyarray(py))
+        Ok(self
+            .rank_step(py, (step, rank, world_size), Of::Sources)?
+            .into_pyarray(py))
     }
 
     /// The plan's index space: the Selection or MixtureEpoch it permutes,
