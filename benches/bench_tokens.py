@@ -47,12 +47,20 @@ micro-batches per rank, fewest and most.
 
 **Epoch** (``--part epoch``): one rank (3 of W = 8) iterates
 ``plan.micro_batches(3, 8, max_tokens=CAP)`` over an ``np.memmap`` of int32
-lengths, G = 1024, in a fresh subprocess: N = 10^6 for the whole epoch, and
-N = 10^9 (a 4 GB file written under ``--dir`` first, skipped with the reason
-when the disk or memory is short) for ``--big-steps`` steps, the epoch's
-time extrapolated from them unless ``--big-full``. Peak RSS is the child's
-``ru_maxrss``, and the delta over its resident set after imports. The file is
-read through the page cache, warm after it was written.
+lengths, G = 1024, each case in a fresh subprocess: N = 10^6 for the whole
+epoch; N = 10^9 (a 4 GB file written under ``--dir`` first, skipped with the
+reason when the disk or memory is short) for ``--big-steps`` steps, the
+epoch's time extrapolated from them, or the whole epoch with ``--big-full``
+(then also a row after ``--big-steps``); and N = 10^9 from a cold page cache
+for ``--cold-steps`` steps. Warm: the file is in the page cache (it was just
+written). Cold: its pages are dropped from the cache first
+(``posix_fadvise(DONTNEED)``) and the map is advised ``MADV_RANDOM``, so
+every length read is one 4 KiB page read from disk: what a rank pays per
+step when the lengths are not cached. Peak RSS is the child's ``ru_maxrss``;
+it counts the file's pages mapped by the reads (one page per length read, or
+a whole large folio when the kernel caches the file in those), which are
+page cache, shared and reclaimable. The anonymous RSS (``RssAnon``) is the
+memory the process itself holds.
 """
 
 from __future__ import annotations
@@ -292,45 +300,77 @@ def dealing_child(
     print(json.dumps(rows))
 
 
-def epoch_child(path: str, n: int, g: int, w: int, rank: int, steps: int, cap: int) -> None:
+def proc_status() -> dict[str, int]:
+    """VmRSS, RssAnon and RssFile of this process, in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def epoch_child(
+    path: str, n: int, g: int, w: int, rank: int, steps: int, cap: int, cold: int, check: int
+) -> None:
     """One rank's micro-batches over ``steps`` steps (0: all) of a memmapped
-    int32 lengths file; prints JSON."""
+    int32 lengths file, noting time and RSS after ``check`` steps; prints
+    JSON. ``cold``: the file's pages are dropped from the page cache first
+    and the map is advised MADV_RANDOM (no read-ahead): every length read
+    then costs a read of one 4 KiB page."""
+    import mmap
+
     import epochplan as ep
 
+    if cold:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
     base = rss_bytes()
     lengths = np.memmap(path, dtype=np.int32, mode="r", shape=(n,))
+    if cold:
+        lengths._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]
     start = time.perf_counter()
     plan = ep.EpochPlan(n, g, seed=0, lengths=lengths)
     setup = time.perf_counter() - start
     total = plan.num_steps if steps == 0 else min(steps, plan.num_steps)
-    micro, samples, done = 0, 0, 0
-    largest = 0
-    start = time.perf_counter()
-    for batches in plan.micro_batches(rank, w, max_tokens=cap):
+    micro, samples, done, largest = 0, 0, 0, 0
+    checkpoint: dict[str, Any] = {}
+    # Only the iterator's own work is timed, not the checks of what it yields.
+    seconds = 0.0
+    steps_iter = iter(plan.micro_batches(rank, w, max_tokens=cap))
+    while done < total:
+        start = time.perf_counter()
+        batches = next(steps_iter)
+        seconds += time.perf_counter() - start
         micro += len(batches)
         for ids, weights in batches:
             samples += int((weights > 0).sum())
             largest = max(largest, int(lengths[ids].sum()))
         done += 1
-        if done == total:
-            break
-    seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(
-        json.dumps(
-            {
-                "setup_s": setup,
-                "seconds": seconds,
+        if done == check and done < total:
+            checkpoint = {
                 "steps": done,
-                "num_steps": plan.num_steps,
-                "micro_batches": micro,
-                "samples": samples,
-                "largest_mb": largest,
-                "peak": peak,
-                "delta": peak - base,
+                "seconds": seconds,
+                "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                **proc_status(),
             }
-        )
-    )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result = {
+        "setup_s": setup,
+        "seconds": seconds,
+        "steps": done,
+        "num_steps": plan.num_steps,
+        "micro_batches": micro,
+        "samples": samples,
+        "largest_mb": largest,
+        "peak": peak,
+        "base": base,
+        **proc_status(),
+        "checkpoint": checkpoint,
+    }
+    print(json.dumps(result))
 
 
 def run(args: list[str]) -> Any:
@@ -404,69 +444,89 @@ def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
     print(f"({loadavg()} at the end)")
 
 
+def write_lengths(path: Path, n: int, max_len: int) -> str | None:
+    """Writes ``n`` lognormal int32 lengths to ``path`` unless it holds them;
+    the reason when the disk or memory is short."""
+    need = 4 * n
+    if path.exists() and path.stat().st_size == need:
+        return None
+    free = shutil.disk_usage(path.parent).free
+    if free < need + GIB:
+        return f"the file needs {need / GIB:.1f} GiB, {free / GIB:.1f} GiB free under {path.parent}"
+    if mem_available() < 2 * GIB:
+        return f"{mem_available() / GIB:.1f} GiB of memory available"
+    start = time.perf_counter()
+    with open(path, "wb") as f:
+        for offset in range(0, n, 10**7):
+            size = min(10**7, n - offset)
+            sample_lengths("lognormal", size, max_len, seed=offset).tofile(f)
+    print(f"(wrote {path}, {need / MIB:.0f} MiB, in {time.perf_counter() - start:.0f} s)")
+    return None
+
+
+def epoch_row(n: int, cache: str, r: dict[str, Any], num_steps: int, cap: int) -> str:
+    per_step = r["seconds"] / r["steps"]
+    if r["steps"] == num_steps:
+        whole = f"{r['seconds']:.3f}"
+    else:
+        whole = f"~{per_step * num_steps:.0f} (extrapolated)"
+    return (
+        f"| {n:.0e} | {cache} | {r['steps']} / {num_steps} | {r['seconds']:.3f} "
+        f"| {per_step * 1e3:.3f} | {whole} | {r['peak'] / MIB:.0f} | {r['RssAnon'] / MIB:.0f} "
+        f"| {r['RssFile'] / MIB:.0f} |"
+    )
+
+
 def epoch(opts: argparse.Namespace, report: dict[str, Any]) -> None:
     directory = Path(opts.dir)
     directory.mkdir(parents=True, exist_ok=True)
-    g, w, rank, cap = opts.epoch_g, 8, 3, (TINY if opts.tiny else FULL)["cap"]
-    max_len = (TINY if opts.tiny else FULL)["max_len"]
+    size = TINY if opts.tiny else FULL
+    g, w, rank, cap = opts.epoch_g, 8, 3, int(size["cap"])  # type: ignore[call-overload]
     print()
     print(
-        f"One rank's epoch: EpochPlan(N, {g}, lengths=np.memmap(int32)).micro_batches"
-        f"({rank}, {w}, max_tokens={cap}); fresh process; {loadavg()}"
+        f"One rank's epoch: EpochPlan(N, {g}, lengths=np.memmap(int32 file)).micro_batches"
+        f"({rank}, {w}, max_tokens={cap}), each case in a fresh process; {loadavg()}"
     )
     print()
     print(
-        "| N | steps run / in the epoch | time (s) | ms per step | epoch (s) "
-        "| plan setup (s) | peak RSS (MiB) | RSS over imports (MiB) | largest micro-batch |"
+        "| N | page cache | steps run / in the epoch | time (s) | ms per step | epoch (s) "
+        "| peak RSS (MiB) | anonymous RSS at the end (MiB) | file pages mapped at the end (MiB) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = report.setdefault("epoch", [])
-    for n, steps in ((opts.epoch_n, 0), (opts.big_n, 0 if opts.big_full else opts.big_steps)):
+    cases = [
+        (opts.epoch_n, 0, 0),
+        (opts.big_n, 0 if opts.big_full else opts.big_steps, 0),
+        (opts.big_n, opts.cold_steps, 1),
+    ]
+    written: set[Path] = set()
+    for n, steps, cold in cases:
+        if cold and not opts.cold_steps:
+            continue
         path = directory / f"lengths-{n}.int32"
-        need = 4 * n
-        free = shutil.disk_usage(directory).free
-        if not path.exists() or path.stat().st_size != need:
-            if free < need + GIB:
-                print(
-                    f"| {n:.0e} | skipped: the file needs {need / GIB:.1f} GiB, "
-                    f"{free / GIB:.1f} GiB free under {directory} |||||||"
-                )
-                rows.append({"N": n, "skipped": "disk"})
-                continue
-            if mem_available() < 2 * GIB:
-                print(f"| {n:.0e} | skipped: {mem_available() / GIB:.1f} GiB available |||||||")
-                rows.append({"N": n, "skipped": "memory"})
-                continue
-            start = time.perf_counter()
-            with open(path, "wb") as f:
-                chunk = 10**7
-                for offset in range(0, n, chunk):
-                    size = min(chunk, n - offset)
-                    sample_lengths("lognormal", size, max_len, seed=offset).tofile(f)
-            print(f"(wrote {path}, {need / MIB:.0f} MiB, in {time.perf_counter() - start:.0f} s)")
-        result = run(
-            ["--child-epoch", str(path), str(n), str(g), str(w), str(rank), str(steps), str(cap)]
-        )
+        if not path.exists():
+            written.add(path)
+        why = write_lengths(path, n, int(size["max_len"]))  # type: ignore[call-overload]
+        if why:
+            print(f"| {n:.0e} | skipped: {why} ||||||||")
+            rows.append({"N": n, "skipped": why})
+            continue
+        check = opts.big_steps if n == opts.big_n and not cold else 0
+        args = [str(x) for x in (path, n, g, w, rank, steps, cap, cold, check)]
+        result = run(["--child-epoch", *args])
         if "error" in result:
             raise SystemExit(f"epoch N={n} failed: {result['error']}")
-        per_step = result["seconds"] / result["steps"]
-        whole = result["seconds"] if result["steps"] == result["num_steps"] else None
-        epoch_s = (
-            f"{whole:.2f}"
-            if whole is not None
-            else f"~{per_step * result['num_steps']:.0f} (extrapolated)"
-        )
-        print(
-            f"| {n:.0e} | {result['steps']} / {result['num_steps']} | {result['seconds']:.3f} "
-            f"| {per_step * 1e3:.3f} | {epoch_s} | {result['setup_s']:.3f} "
-            f"| {result['peak'] / MIB:.0f} | {result['delta'] / MIB:.0f} "
-            f"| {result['largest_mb']} (cap {cap}) |"
-        )
-        rows.append({"N": n, "cap": cap, **result})
-        if not opts.keep:
+        cache = "cold, MADV_RANDOM" if cold else "warm"
+        if result["checkpoint"]:
+            print(epoch_row(n, cache, result["checkpoint"], result["num_steps"], cap))
+        print(epoch_row(n, cache, result, result["num_steps"], cap))
+        rows.append({"N": n, "cap": cap, "cold": bool(cold), **result})
+    if not opts.keep:
+        for path in written:
             path.unlink()
     print()
-    print(f"({loadavg()} at the end)")
+    print(f"(every micro-batch at most {cap} tokens: largest seen ", end="")
+    print(f"{max((r.get('largest_mb', 0) for r in rows), default=0)}; {loadavg()} at the end)")
 
 
 def main() -> None:
@@ -482,11 +542,14 @@ def main() -> None:
     parser.add_argument("--big-n", type=int, default=10**9)
     parser.add_argument("--big-steps", type=int, default=2000)
     parser.add_argument("--big-full", action="store_true", help="the 10^9 rank's whole epoch")
+    parser.add_argument(
+        "--cold-steps", type=int, default=200, help="steps from a cold page cache (0: none)"
+    )
     parser.add_argument("--dir", default="/tmp/epochplan-bench-tokens")
     parser.add_argument("--keep", action="store_true", help="keep the lengths files written")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--child-dealing", nargs=6, help=argparse.SUPPRESS)
-    parser.add_argument("--child-epoch", nargs=7, help=argparse.SUPPRESS)
+    parser.add_argument("--child-epoch", nargs=9, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child_dealing:
         impl, dist, gs, ws, steps, sizes = opts.child_dealing

@@ -24,7 +24,7 @@ import pytest
 import epochplan as ep
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benches" / "bench_tokens.py"
-EPOCH_N, EPOCH_G, BIG_N, BIG_STEPS = 10_000, 64, 50_000, 100
+EPOCH_N, EPOCH_G, BIG_N, BIG_STEPS, COLD_STEPS = 10_000, 64, 50_000, 100, 20
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pa
     out = where / "report.json"
     args = ["--tiny", "--dists", "lognormal", "--steps", "2", "--dir", str(where)]
     args += ["--epoch-n", str(EPOCH_N), "--epoch-g", str(EPOCH_G), "--big-n", str(BIG_N)]
-    args += ["--big-steps", str(BIG_STEPS), "--keep", "--json", str(out)]
+    args += ["--big-steps", str(BIG_STEPS), "--cold-steps", str(COLD_STEPS)]
+    args += ["--keep", "--json", str(out)]
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120
     )
@@ -59,12 +60,14 @@ def test_epochplan_micro_batches_stay_under_the_cap_equal_and_balanced(
 def test_one_ranks_epoch_from_a_memmap_covers_its_samples(
     report: tuple[dict[str, Any], Path, str],
 ) -> None:
-    whole, part = report[0]["epoch"]
+    whole, part, cold = report[0]["epoch"]
     assert whole["N"] == EPOCH_N and whole["steps"] == whole["num_steps"] == -(-EPOCH_N // EPOCH_G)
     assert part["N"] == BIG_N and part["steps"] == BIG_STEPS < part["num_steps"]
-    for row in (whole, part):
+    assert cold["N"] == BIG_N and cold["cold"] and cold["steps"] == COLD_STEPS
+    for row in (whole, part, cold):
         assert 0 < row["largest_mb"] <= row["cap"], row
         assert row["peak"] > 0 and row["micro_batches"] >= row["steps"], row
+        assert row["RssAnon"] > 0 and row["RssFile"] > 0, row
     lengths = np.memmap(report[1] / f"lengths-{EPOCH_N}.int32", dtype=np.int32, mode="r")
     plan = ep.EpochPlan(EPOCH_N, EPOCH_G, seed=0, lengths=lengths)
     assert whole["samples"] == len(plan.rank_indices(3, 8))
