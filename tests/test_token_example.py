@@ -4,17 +4,12 @@ stopped on 3 ranks and resumed on 2 ends with the uninterrupted run's model."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_torch_example import descendants
+from _torchrun import torchrun as run_example
 
 pytest.importorskip("torch")
 
@@ -28,21 +23,7 @@ EPOCH = re.compile(
 
 
 def torchrun(nproc: int, *args: str, cwd: Path) -> str:
-    # --standalone: the rendezvous store binds a free port itself.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += ["--nproc-per-node", str(nproc), str(EXAMPLE), *SIZES, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        # torchrun starts each rank in a session of its own: end every descendant.
-        for pid in [*descendants(proc.pid), proc.pid]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("torchrun hung for more than 120 s")
-    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
-    return stdout
+    return run_example(EXAMPLE, nproc, *SIZES, *args, cwd=cwd, timeout=120)
 
 
 def final_params(stdout: str) -> np.ndarray:

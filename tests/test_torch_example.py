@@ -2,59 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
+from _torchrun import torchrun as run_example
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "ddp_train.py"
 
 
-def descendants(pid: int) -> list[int]:
-    """The processes below `pid` (children first found, grandchildren after)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def torchrun(nproc: int, *args: str, cwd: Path) -> str:
-    # --standalone: the rendezvous store binds a free port itself (a port
-    # picked here could be taken by another process before torchrun binds it).
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += ["--nproc-per-node", str(nproc)]
-    cmd += [str(EXAMPLE), *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        # torchrun starts each rank in a session of its own: end every descendant.
-        for pid in [*descendants(proc.pid), proc.pid]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("torchrun hung for more than 300 s")
-    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
-    return stdout
+    return run_example(EXAMPLE, nproc, *args, cwd=cwd)
 
 
 def test_ddp_example_runs_exactly_and_resumes_on_fewer_ranks(tmp_path: Path) -> None:
