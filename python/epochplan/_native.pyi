@@ -300,7 +300,6 @@ def token_cuts(
     micro_batch_size: int | None = None,
     max_tokens: int | None = None,
 ) -> tuple[npt.NDArray[np.int64], int]: ...
-
 def check_plan_file(
     path: str,
     count: int,
