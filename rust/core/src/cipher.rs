@@ -26,6 +26,8 @@ use crate::keys::{SplitMix64, Xoshiro256pp};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Feistel rounds; even, so every half is updated the same number of times.
 const ROUNDS: usize = 6;
@@ -216,46 +218,77 @@ impl Cipher {
         self.apply_blocks_dispatch(values);
     }
 
-    /// Runs [`Cipher::apply_blocks`] compiled for AVX2 when the CPU has it
-    /// (the standard library caches the detection): with the hand-written
-    /// network and walk of [`avx2`] for narrow halves, else with the
-    /// compiled lanes (AVX2 has no 64-bit lane multiply, but its 32-bit one
-    /// on four lanes still beats the scalar multiplier).
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unsafe_code)]
+    /// Runs [`Cipher::apply_blocks`] on the fastest path this CPU has (see
+    /// [`Path`]).
     fn apply_blocks_dispatch(&self, values: &mut [i64]) {
-        #[target_feature(enable = "avx2")]
-        fn with_avx2(cipher: &Cipher, values: &mut [i64]) {
-            if cipher.is_narrow() {
-                let encrypt = |v: &mut [i64]| {
-                    let whole = v.len() - v.len() % avx2::WIDTH;
-                    let (head, tail) = v.split_at_mut(whole);
-                    avx2::encrypt_narrow(cipher, head);
-                    cipher.encrypt_all(tail);
-                };
-                let n = cipher.n as i64;
-                cipher.apply_blocks(
-                    values,
-                    encrypt,
-                    |walk, block| avx2::gather_outside(walk, block, n),
-                    |walk| avx2::keep_outside(walk, n),
-                );
-            } else {
-                cipher.apply_blocks_portable(values);
+        self.apply_blocks_on(Path::active(), values);
+    }
+
+    /// Runs [`Cipher::apply_blocks`] on `path`, which the CPU must support
+    /// (checked: an unsupported path runs the portable one).
+    #[allow(unsafe_code)]
+    pub(crate) fn apply_blocks_on(&self, path: Path, values: &mut [i64]) {
+        #[cfg(target_arch = "x86_64")]
+        match path {
+            Path::Avx512 if Path::Avx512.is_supported() => {
+                // SAFETY: `with_avx512` only requires the AVX-512 F, DQ and VL
+                // instructions (which imply AVX2), and the CPU running this has
+                // been detected to support them.
+                return unsafe { self.with_avx512(values) };
             }
+            Path::Avx2 if Path::Avx2.is_supported() => {
+                // SAFETY: `with_avx2` only requires the AVX2 instructions, and
+                // the CPU running this has been detected to support them.
+                return unsafe { self.with_avx2(values) };
+            }
+            _ => {}
         }
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: `with_avx2` only requires the AVX2 instructions, and the
-            // CPU running this has just been detected to support them.
-            unsafe { with_avx2(self, values) }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        self.apply_blocks_portable(values);
+    }
+
+    /// [`Cipher::apply_blocks`] compiled for AVX2: with the hand-written
+    /// network and walk of [`avx2`] for narrow halves, else with the compiled
+    /// lanes (AVX2 has no 64-bit lane multiply, but its 32-bit one on four
+    /// lanes still beats the scalar multiplier).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn with_avx2(&self, values: &mut [i64]) {
+        if self.is_narrow() {
+            let encrypt = |v: &mut [i64]| {
+                let whole = v.len() - v.len() % avx2::WIDTH;
+                let (head, tail) = v.split_at_mut(whole);
+                avx2::encrypt_narrow(self, head);
+                self.encrypt_all(tail);
+            };
+            let n = self.n as i64;
+            self.apply_blocks(
+                values,
+                encrypt,
+                |walk, block| avx2::gather_outside(walk, block, n),
+                |walk| avx2::keep_outside(walk, n),
+            );
         } else {
             self.apply_blocks_portable(values);
         }
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
-    fn apply_blocks_dispatch(&self, values: &mut [i64]) {
-        self.apply_blocks_portable(values);
+    /// [`Cipher::apply_blocks`] with the network and walk of [`avx512`],
+    /// for halves of any width.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
+    fn with_avx512(&self, values: &mut [i64]) {
+        let n = self.n as i64;
+        let gather = |walk: &mut Walk, block: &[i64]| avx512::gather_outside(walk, block, n);
+        let keep = |walk: &mut Walk| avx512::keep_outside(walk, n);
+        if self.is_narrow() {
+            let encrypt = |v: &mut [i64]| avx512::encrypt::<true>(self, v);
+            self.apply_blocks(values, encrypt, gather, keep);
+        } else {
+            let encrypt = |v: &mut [i64]| avx512::encrypt::<false>(self, v);
+            self.apply_blocks(values, encrypt, gather, keep);
+        }
     }
 
     /// [`Cipher::apply_blocks`] with the compiled lanes and scalar walk.
@@ -320,6 +353,83 @@ impl Cipher {
         for v in groups.into_remainder() {
             *v = self.encrypt_lanes([*v as u64], round)[0] as i64;
         }
+    }
+}
+
+/// The instruction sets the batch evaluator can run on, slowest first. Each
+/// gives the same output as [`Cipher::apply`] (tested on every path the CPU
+/// supports); the fastest one the CPU has is chosen at run time.
+///
+/// `EPOCHPLAN_CIPHER_PATH` (`portable`, `avx2` or `avx512`), read once per
+/// process, caps the choice, so that a test suite or a benchmark can run a
+/// slower path on a faster CPU: for example
+/// `EPOCHPLAN_CIPHER_PATH=avx2 cargo test -p epochplan-core` (and the same
+/// for the Python tests) runs everything on the AVX2 path. The test
+/// `the_requested_path_is_the_active_one` fails when the variable names a
+/// path this CPU lacks or no path at all, so that a CI job cannot silently
+/// test another path than the one it asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Path {
+    /// The compiled lanes and the scalar walk, on any CPU.
+    Portable,
+    /// [`avx2`]: narrow halves only, wider ones on the compiled lanes.
+    Avx2,
+    /// [`avx512`], with the F, DQ and VL extensions.
+    Avx512,
+}
+
+/// The variable that caps [`Path::active`].
+pub(crate) const PATH_VARIABLE: &str = "EPOCHPLAN_CIPHER_PATH";
+
+impl Path {
+    /// Every path, slowest first.
+    pub(crate) const ALL: [Path; 3] = [Path::Portable, Path::Avx2, Path::Avx512];
+
+    /// The name `EPOCHPLAN_CIPHER_PATH` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Path::Portable => "portable",
+            Path::Avx2 => "avx2",
+            Path::Avx512 => "avx512",
+        }
+    }
+
+    /// True when the CPU running this has the instructions of the path (the
+    /// standard library caches the detection).
+    pub(crate) fn is_supported(self) -> bool {
+        match self {
+            Path::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => std::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => {
+                std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512dq")
+                    && std::is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The path [`PATH_VARIABLE`] names, if any.
+    pub(crate) fn requested() -> Option<Path> {
+        let name = std::env::var(PATH_VARIABLE).ok()?;
+        Path::ALL.into_iter().find(|p| p.name() == name.trim())
+    }
+
+    /// The fastest supported path, at most the requested one; decided once
+    /// per process.
+    pub(crate) fn active() -> Path {
+        static ACTIVE: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            let cap = Path::requested().unwrap_or(Path::Avx512);
+            Path::ALL
+                .into_iter()
+                .filter(|p| *p <= cap && p.is_supported())
+                .max()
+                .unwrap_or(Path::Portable)
+        })
     }
 }
 
@@ -448,8 +558,13 @@ mod tests {
         sizes
     }
 
-    /// `apply_in_place` (the dispatched path) and, for networks, the portable
-    /// batch variant (whatever this CPU dispatches to) against `apply`.
+    /// The paths this CPU can run.
+    fn supported_paths() -> Vec<Path> {
+        Path::ALL.into_iter().filter(|p| p.is_supported()).collect()
+    }
+
+    /// `apply_in_place` (the dispatched path) and, for networks, every batch
+    /// path this CPU supports, against `apply`.
     fn assert_batch_equals_scalar(c: &Cipher, positions: Vec<i64>, case: &str) {
         let expect: Vec<i64> = positions
             .iter()
@@ -459,9 +574,45 @@ mod tests {
         c.apply_in_place(&mut dispatched);
         assert_eq!(dispatched, expect, "{case}");
         if c.table.is_none() {
-            let mut portable = positions;
-            c.apply_blocks_portable(&mut portable);
-            assert_eq!(portable, expect, "{case}");
+            for path in supported_paths() {
+                let mut on_path = positions.clone();
+                c.apply_blocks_on(path, &mut on_path);
+                assert_eq!(on_path, expect, "{case}, path {path:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_requested_path_is_the_active_one() {
+        // Without the variable: the fastest path the CPU has.
+        let Ok(name) = std::env::var(PATH_VARIABLE) else {
+            assert_eq!(Some(Path::active()), supported_paths().into_iter().max());
+            return;
+        };
+        let requested = Path::requested();
+        assert!(requested.is_some(), "{PATH_VARIABLE}={name} names no path");
+        assert!(
+            requested.is_some_and(Path::is_supported),
+            "{PATH_VARIABLE}={name}: this CPU lacks it"
+        );
+        assert_eq!(Some(Path::active()), requested);
+    }
+
+    #[test]
+    fn every_supported_path_equals_scalar_at_large_sizes() {
+        // Walk-heavy sizes just above a power of two and sizes near the
+        // largest, with runs of consecutive positions from a few offsets.
+        let mut sizes = vec![(1 << 30) + 1, (1 << 33) + 3, 100_000_000];
+        sizes.extend([(1 << 59) + 1, (1 << 60) - 1, 1 << 60, (1 << 60) + 1]);
+        sizes.extend([(1 << 61) + 5, (1 << 62) + 1, i64::MAX as u64 - 1]);
+        for n in sizes {
+            let c = Cipher::new(n, [n, 11]);
+            for start in [0, n / 3, n - (BLOCK as u64 + 77)] {
+                let positions: Vec<i64> = (start..start + BLOCK as u64 + 77)
+                    .map(|p| p as i64)
+                    .collect();
+                assert_batch_equals_scalar(&c, positions, &format!("n = {n}, from {start}"));
+            }
         }
     }
 
@@ -508,46 +659,61 @@ mod tests {
         }
     }
 
-    /// The AVX2 gather and keep against the portable ones, for every length
-    /// up to 70 and a block, with none to all of the values outside.
+    /// The vector gathers and keeps against the portable ones, for every
+    /// length up to 70 and a block, with none to all of the values outside.
     #[cfg(target_arch = "x86_64")]
     #[test]
     #[allow(unsafe_code)]
-    fn avx2_walk_equals_portable() {
-        if !std::is_x86_feature_detected!("avx2") {
-            return;
-        }
-        let n = 1000;
-        let mut rng = SplitMix64::new(7);
-        for len in (0..=70).chain([BLOCK - 1, BLOCK]) {
-            for quarters_outside in 0..=4 {
-                let values: Vec<i64> = (0..len)
-                    .map(|_| match rng.next_u64() % 4 < quarters_outside {
-                        true => n + (rng.next_u64() % 1000) as i64,
-                        false => (rng.next_u64() % n as u64) as i64,
-                    })
-                    .collect();
-                let (mut vector, mut portable) = (Walk::new(len), Walk::new(len));
-                // SAFETY: AVX2 was detected above.
-                unsafe { avx2::gather_outside(&mut vector, &values, n) };
-                portable.gather_outside(&values, n);
-                let taken = |w: &Walk| (w.values[..w.count].to_vec(), w.index[..w.count].to_vec());
-                assert_eq!(taken(&vector), taken(&portable), "gather, len = {len}");
-                // Keep from a walk of every value, with indices as tags.
-                for walk in [&mut vector, &mut portable] {
-                    walk.values[..len].copy_from_slice(&values);
-                    walk.index[..len]
-                        .iter_mut()
-                        .zip(0..)
-                        .for_each(|(i, t)| *i = t);
-                    walk.count = len;
+    fn vector_walks_equal_portable() {
+        type Part = fn(&mut Walk, &[i64], i64);
+        type Keep = fn(&mut Walk, i64);
+        // SAFETY (of each call below): a path's functions run only when the
+        // CPU has been detected to support it.
+        let avx2: (Part, Keep) = (
+            |w, b, n| unsafe { avx2::gather_outside(w, b, n) },
+            |w, n| unsafe { avx2::keep_outside(w, n) },
+        );
+        let avx512: (Part, Keep) = (
+            |w, b, n| unsafe { avx512::gather_outside(w, b, n) },
+            |w, n| unsafe { avx512::keep_outside(w, n) },
+        );
+        let paths = [(Path::Avx2, avx2), (Path::Avx512, avx512)];
+        let mut tested = 0;
+        for (path, (gather, keep)) in paths.into_iter().filter(|(p, _)| p.is_supported()) {
+            let n = 1000;
+            let mut rng = SplitMix64::new(7);
+            for len in (0..=70).chain([BLOCK - 1, BLOCK]) {
+                for quarters_outside in 0..=4 {
+                    let values: Vec<i64> = (0..len)
+                        .map(|_| match rng.next_u64() % 4 < quarters_outside {
+                            true => n + (rng.next_u64() % 1000) as i64,
+                            false => (rng.next_u64() % n as u64) as i64,
+                        })
+                        .collect();
+                    let (mut vector, mut portable) = (Walk::new(len), Walk::new(len));
+                    gather(&mut vector, &values, n);
+                    portable.gather_outside(&values, n);
+                    let taken =
+                        |w: &Walk| (w.values[..w.count].to_vec(), w.index[..w.count].to_vec());
+                    let case = format!("{path:?}, len = {len}");
+                    assert_eq!(taken(&vector), taken(&portable), "gather, {case}");
+                    // Keep from a walk of every value, with indices as tags.
+                    for walk in [&mut vector, &mut portable] {
+                        walk.values[..len].copy_from_slice(&values);
+                        walk.index[..len]
+                            .iter_mut()
+                            .zip(0..)
+                            .for_each(|(i, t)| *i = t);
+                        walk.count = len;
+                    }
+                    keep(&mut vector, n);
+                    portable.keep_outside(n);
+                    assert_eq!(taken(&vector), taken(&portable), "keep, {case}");
                 }
-                // SAFETY: as above.
-                unsafe { avx2::keep_outside(&mut vector, n) };
-                portable.keep_outside(n);
-                assert_eq!(taken(&vector), taken(&portable), "keep, len = {len}");
             }
+            tested += 1;
         }
+        assert_eq!(tested + 1, supported_paths().len());
     }
 
     #[test]
