@@ -254,6 +254,7 @@ def write_epoch_files(
     fsync: bool = True,
     progress: Callable[[int], object] | None = None,
     display_paths: list[str] | None = None,
+    space: Selection | Mixture | MixtureEpoch | None = None,
 ) -> list[tuple[int, int, str]]: ...
 def verify_epoch_files(
     paths: list[str],
@@ -265,6 +266,7 @@ def verify_epoch_files(
     *,
     progress: Callable[[int], object] | None = None,
     compare_ids: bool = False,
+    space: Selection | Mixture | MixtureEpoch | None = None,
 ) -> bool: ...
 def map_ids(path: str, offset: int, count: int) -> npt.NDArray[np.int64]: ...
 def file_checksum(path: str | os.PathLike[str]) -> str: ...
@@ -282,6 +284,7 @@ class TokenDealer:
         *,
         micro_batch_size: int | None = None,
         max_tokens: int | None = None,
+        space: Selection | Mixture | MixtureEpoch | None = None,
     ) -> None: ...
     def digests(self) -> tuple[str, str | None]: ...
     def steps(

@@ -18,7 +18,9 @@ interrupted write never leaves a directory at ``DIR``.
 The modules: :mod:`~epochplan.planfile.manifest` (the format, parsed and
 checked once), :mod:`~epochplan.planfile.write`, :mod:`~epochplan.planfile.publish`
 (atomic publication), :mod:`~epochplan.planfile.reader` and
-:mod:`~epochplan.planfile.verify`.
+:mod:`~epochplan.planfile.verify`; :mod:`~epochplan.planfile.tokens` for
+token plans and :mod:`~epochplan.planfile.space` for plans over an index
+space (a ``Selection`` or ``Mixture``, stored beside the rank files).
 
 Examples:
     >>> from epochplan.planfile import write_plan, open_plan

@@ -24,6 +24,7 @@ from epochplan._args import limit_label, size_label
 from epochplan._native import FORMAT_VERSION
 from epochplan._spec import PlanSpec
 from epochplan.planfile.errors import PlanError
+from epochplan.planfile.space import SPACE_PLAN_FILE_VERSION, SpaceInfo
 from epochplan.planfile.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
 
 __all__ = [
@@ -45,7 +46,10 @@ PLAN_FILE_FORMAT = "epochplan-plan"
 #: The layout version of plan directories this release writes and reads
 #: (2: the manifest carries a checksum of its own content). A token plan's
 #: directory has version 3 (``TOKEN_PLAN_FILE_VERSION``): a version-2 reader
-#: would serve its ids with the strided micro-batches and weights.
+#: would serve its ids with the strided micro-batches and weights. A plan over
+#: an index space, with or without lengths, has version 4
+#: (``SPACE_PLAN_FILE_VERSION``): an older reader would take its ids for ids
+#: of ``range(num_samples)``.
 PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
@@ -100,6 +104,17 @@ class Manifest:
     files: tuple[FileEntry, ...]
     #: A token plan's lengths, models, caps and token files; None otherwise.
     tokens: TokenInfo | None = None
+    #: A plan's index space as recorded (its spec, digest and files); None
+    #: for a plan over ``range(num_samples)``. ``spec.space`` is None until
+    #: :func:`~epochplan.planfile.open_plan` builds the space from it.
+    space: SpaceInfo | None = None
+
+    @property
+    def version(self) -> int:
+        """The plan-file version of such a directory."""
+        if self.space is not None:
+            return SPACE_PLAN_FILE_VERSION
+        return PLAN_FILE_VERSION if self.tokens is None else TOKEN_PLAN_FILE_VERSION
 
     def epoch_files(self, epoch_index: int) -> tuple[FileEntry, ...]:
         """The rank files of the ``epoch_index``-th epoch, by rank."""
@@ -109,10 +124,9 @@ class Manifest:
     def to_json(self, created_by: str) -> dict[str, Any]:
         """The manifest as written to ``manifest.json``, sealed with its
         :func:`manifest_checksum`."""
-        version = PLAN_FILE_VERSION if self.tokens is None else TOKEN_PLAN_FILE_VERSION
         manifest = {
             "format": PLAN_FILE_FORMAT,
-            "plan_file_version": version,
+            "plan_file_version": self.version,
             "format_version": FORMAT_VERSION,
             "created_by": created_by,
             **self.spec.as_dict(),
@@ -127,6 +141,8 @@ class Manifest:
         if self.tokens is not None:
             manifest["tokens"] = self.tokens.section()
             manifest["token_files"] = self.tokens.file_list()
+        if self.space is not None:
+            manifest["space"] = self.space.section()
         manifest["manifest_checksum"] = manifest_checksum(manifest)
         return manifest
 
@@ -152,18 +168,30 @@ class Manifest:
         if not isinstance(m, dict) or m.get("format") != PLAN_FILE_FORMAT:
             raise PlanError(f"{where}: not an epochplan plan manifest")
         version = m.get("plan_file_version")
+        versions = (PLAN_FILE_VERSION, TOKEN_PLAN_FILE_VERSION, SPACE_PLAN_FILE_VERSION)
         # type() too: JSON's 1.0 and true equal 1 in Python.
-        if type(version) is not int or version not in (PLAN_FILE_VERSION, TOKEN_PLAN_FILE_VERSION):
+        if type(version) is not int or version not in versions:
             raise PlanError(
                 f"{where}: plan_file_version is {version!r}; this release reads "
-                f"version {PLAN_FILE_VERSION}, and {TOKEN_PLAN_FILE_VERSION} for token plans"
+                f"version {PLAN_FILE_VERSION}, {TOKEN_PLAN_FILE_VERSION} for token plans and "
+                f"{SPACE_PLAN_FILE_VERSION} for plans over an index space"
             )
-        has_tokens = version == TOKEN_PLAN_FILE_VERSION
+        has_space = version == SPACE_PLAN_FILE_VERSION
+        # A plan over a space says whether it has lengths by its 'tokens'.
+        has_tokens = version == TOKEN_PLAN_FILE_VERSION or (has_space and "tokens" in m)
         if not has_tokens and ("tokens" in m or "token_files" in m):
             raise PlanError(
-                f"{where}: a version-{PLAN_FILE_VERSION} manifest holds no 'tokens' "
-                f"(token plans have version {TOKEN_PLAN_FILE_VERSION})"
+                f"{where}: a version-{version} manifest without 'tokens' holds no token "
+                f"files (token plans have version {TOKEN_PLAN_FILE_VERSION}, or "
+                f"{SPACE_PLAN_FILE_VERSION} with 'tokens' over an index space)"
             )
+        if has_space != ("space" in m):
+            raise PlanError(
+                f"{where}: a version-{version} manifest "
+                + ("needs a 'space'" if has_space else "holds no 'space'")
+                + f" (plans over an index space have version {SPACE_PLAN_FILE_VERSION})"
+            )
+        space = SpaceInfo.parse(m["space"], where) if has_space else None
         fmt = m.get("format_version")
         if type(fmt) is not int or fmt != FORMAT_VERSION:
             raise PlanError(
@@ -246,6 +274,8 @@ class Manifest:
             total_bytes = sum(f.bytes for f in entries) + sum(f.bytes for f in tokens.files)
         else:
             total_bytes = files_bytes(counts, len(epochs))
+        if space is not None:
+            total_bytes += sum(f.bytes for f in space.files)
         if type(m.get("total_bytes")) is not int or m.get("total_bytes") != total_bytes:
             raise PlanError(
                 f"{where}: total_bytes is {m.get('total_bytes')!r}, the files take {total_bytes}"
@@ -257,7 +287,7 @@ class Manifest:
                 f"{where}: manifest_checksum does not match the manifest's content: it was "
                 "changed after the plan was written (write the plan again)"
             )
-        return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries), tokens)
+        return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries), tokens, space)
 
 
 def _token_counts(

@@ -140,9 +140,11 @@ def why_not_replaceable(path: Path) -> str | None:
     files = manifest.get("files") if is_plan else None
     if not isinstance(files, list):
         return "is not a plan directory"
-    token_files = manifest.get("token_files")
-    if isinstance(token_files, list):
-        files = files + token_files
+    space = manifest.get("space")
+    space_files = space.get("files") if isinstance(space, dict) else None
+    for more in (manifest.get("token_files"), space_files):
+        if isinstance(more, list):
+            files = files + more
     listed = {MANIFEST} | {str(f.get("path")) for f in files if isinstance(f, dict)}
     folders = {str(Path(name).parent) for name in listed} - {"."}
     for entry in path.rglob("*"):

@@ -4,6 +4,7 @@ ids are used."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from dataclasses import dataclass, field
@@ -15,11 +16,12 @@ import numpy.typing as npt
 
 import epochplan._native as _native
 from epochplan._args import int_arg
-from epochplan._native import EpochPlan
+from epochplan._native import EpochPlan, Mixture, Selection
 from epochplan._system import is_local_filesystem
 from epochplan.planfile._checks import absolute, path_arg
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
+from epochplan.planfile.space import SPACE_DIR
 from epochplan.planfile.tokens import TokenFile, TokenInfo
 
 __all__ = ["PlanDirectory", "RankFile", "open_plan"]
@@ -54,8 +56,14 @@ class PlanDirectory:
 
     @property
     def num_samples(self) -> int:
-        """Samples per epoch."""
+        """Samples per epoch (the length of the space, for a plan over one)."""
         return self.spec.num_samples
+
+    @property
+    def space(self) -> Selection | Mixture | None:
+        """The index space the plan permutes, rebuilt from the directory
+        (None for ``range(num_samples)``): the rank files hold its ids."""
+        return self.spec.space
 
     @property
     def global_batch_size(self) -> int:
@@ -118,7 +126,8 @@ class PlanDirectory:
         return RankFile(path, entry)
 
     def plan(self, epoch: int) -> EpochPlan:
-        """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the plan)."""
+        """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the
+        plan), over the plan's space."""
         self.epoch_index(epoch)
         return self.spec.plan(epoch)
 
@@ -196,7 +205,9 @@ class PlanDirectory:
             f"PlanDirectory({str(self.path)!r}, num_samples={self.num_samples}, "
             f"global_batch_size={self.global_batch_size}, world_size={self.world_size}, "
             f"seed={self.seed}, kind={self.kind!r}, epochs={self.epochs}, "
-            f"drop_last={self.drop_last})"
+            f"drop_last={self.drop_last}"
+            + ("" if self.space is None else f", space={self.space!r}")
+            + ")"
         )
 
 
@@ -249,15 +260,15 @@ def _refuse_link(path: Path) -> None:
         raise PlanError(f"{path}: is a link; a plan directory holds its own files")
 
 
-def _check_present(fpath: Path, size: int, blocks_are_real: bool) -> None:
+def _check_present(fpath: Path, size: int, blocks_are_real: bool, role: str = "rank file") -> None:
     """A plan file exists, is a regular file of ``size`` bytes and is not sparse."""
     try:
         st = fpath.lstat()
     except OSError:
-        raise PlanError(f"{fpath}: missing rank file") from None
+        raise PlanError(f"{fpath}: missing {role}") from None
     if not stat.S_ISREG(st.st_mode):
         what = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-        raise PlanError(f"{fpath}: is {what}; a plan directory holds its own rank files")
+        raise PlanError(f"{fpath}: is {what}; a plan directory holds its own {role}s")
     if st.st_size != size:
         raise PlanError(
             f"{fpath}: has {st.st_size} bytes, the manifest says {size} (truncated or altered)"
@@ -275,12 +286,16 @@ def _check_present(fpath: Path, size: int, blocks_are_real: bool) -> None:
 def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) -> PlanDirectory:
     """Opens a plan directory: reads and checks its manifest, and that every
     rank file exists with its recorded size (checksums are checked when a
-    file is read, or all at once by :func:`verify_plan`).
+    file is read, or all at once by :func:`verify_plan`). A plan over an
+    index space has its space rebuilt (:attr:`PlanDirectory.space`): the
+    space's files are checked against their checksums, and the space built
+    from them against the manifest's digest.
 
     Raises:
         PlanError: no such directory, no or a bad manifest, another format
-            version, a missing or resized file, or (when ``world_size`` is
-            given) a plan written for another world size.
+            version, a missing or resized file, a space that is not the one
+            recorded, or (when ``world_size`` is given) a plan written for
+            another world size.
     """
     root = absolute(path_arg(path, "path"))
     if not root.is_dir():
@@ -290,7 +305,10 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
     # another plan's files included) is refused, not followed.
     _refuse_link(root / MANIFEST)
     parsed, raw = Manifest.read(root / MANIFEST)
-    for folder in sorted({Path(entry.path).parent for entry in parsed.files}):
+    folders = {Path(entry.path).parent for entry in parsed.files}
+    if parsed.space is not None:
+        folders.add(Path(SPACE_DIR))
+    for folder in sorted(folders):
         _refuse_link(root / folder)
     # Cheap before expensive: each file's size and allocated blocks now, its
     # checksum (a full read) when it is used.
@@ -300,7 +318,40 @@ def open_plan(path: str | os.PathLike[str], *, world_size: int | None = None) ->
         _check_present(root / entry.path, entry.bytes, blocks_are_real)
     for token_file in token_files:
         _check_present(root / token_file.path, token_file.bytes, blocks_are_real)
+    if parsed.space is not None:
+        parsed = _with_space(root, parsed, blocks_are_real)
     d = PlanDirectory(root, raw, parsed)
     if world_size is not None:
         d.check_world_size(world_size)
     return d
+
+
+def _with_space(root: Path, parsed: Manifest, blocks_are_real: bool) -> Manifest:
+    """The manifest with its spec over the space it records, rebuilt from
+    the directory and checked: the space's files, its digest, and the
+    plan's parameters over it."""
+    info = parsed.space
+    assert info is not None
+    for entry in info.files:
+        _check_present(root / entry.path, entry.bytes, blocks_are_real, "space file")
+    where = root / MANIFEST
+    space = info.build(root, where)
+    spec = parsed.spec
+    try:
+        checked = PlanSpec.checked(
+            space,
+            spec.global_batch_size,
+            seed=spec.seed,
+            kind=spec.kind,
+            chunk_size=spec.chunk_size,
+            preload_nchunks=spec.preload_nchunks,
+            drop_last=spec.drop_last,
+        )
+    except (ValueError, TypeError, OverflowError) as e:
+        raise PlanError(f"{where}: bad plan parameters over the plan's space: {e}") from None
+    if checked != dataclasses.replace(spec, space=space):
+        raise PlanError(
+            f"{where}: num_samples is {spec.num_samples}, the plan's space holds "
+            f"{checked.num_samples}"
+        )
+    return dataclasses.replace(parsed, spec=checked)

@@ -15,6 +15,7 @@ import numpy.typing as npt
 import epochplan._native as _native
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.reader import PlanDirectory
+from epochplan.planfile.space import store_size
 from epochplan.planfile.tokens import STEP_COLUMNS, ArraySource, TokenFile, TokenInfo
 
 __all__ = ["lengths_unreachable", "verify_token_plan"]
@@ -45,7 +46,7 @@ def lengths_unreachable(d: PlanDirectory) -> str | None:
         if source is None:
             continue
         try:
-            _open_source(source, d.num_samples)
+            _open_source(source, store_size(d.space, d.num_samples))
         except (OSError, ValueError) as e:
             return f"{source.path or 'lengths'}: {e}"
     return None
@@ -206,9 +207,10 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
     reachable = lengths_unreachable(d) is None
     file_lengths = file_loss = None
     if reachable:
-        file_lengths = _open_source(info.lengths, d.num_samples)
+        store = store_size(d.space, d.num_samples)
+        file_lengths = _open_source(info.lengths, store)
         if info.loss_tokens is not None:
-            file_loss = _open_source(info.loss_tokens, d.num_samples)
+            file_loss = _open_source(info.loss_tokens, store)
     done = 0
     for epoch in d.epochs:
         e = _Epoch(d, epoch)
@@ -226,6 +228,7 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
                 info.loss_normalization,
                 micro_batch_size=info.micro_batch_size,
                 max_tokens=info.max_tokens,
+                space=d.space,
             )
             loss_digest = None if info.loss_tokens is None else info.loss_tokens.digest
             recorded = (info.lengths.digest, loss_digest)

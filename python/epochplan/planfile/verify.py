@@ -7,29 +7,42 @@ from pathlib import Path
 
 import epochplan._native as _native
 from epochplan._args import size_label
+from epochplan._native import Selection
 from epochplan._system import available_memory
 from epochplan.planfile._checks import Progress, progress_arg
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import PlanSpec
 from epochplan.planfile.reader import open_plan
+from epochplan.planfile.space import store_size
 from epochplan.planfile.token_verify import verify_token_plan
 
 __all__ = ["check_verify_memory", "uniform_fits", "verify_plan"]
+
+
+def _bitmap_bytes(spec: PlanSpec) -> int:
+    """The coverage bitmap's bytes: one bit per id of the store (none for a
+    mixture, whose ids repeat and are each compared with the plan's)."""
+    if spec.space is not None and not isinstance(spec.space, Selection):
+        return 0
+    return store_size(spec.space, spec.num_samples) // 8
 
 
 def uniform_fits(spec: PlanSpec) -> bool:
     """Whether a uniform plan's permutation (about 16 bytes a sample while it
     is built) fits beside verification's bitmap in the memory available now."""
     avail = available_memory()
-    return avail is None or 16 * spec.num_samples + spec.num_samples // 8 <= avail
+    return avail is None or 16 * spec.num_samples + _bitmap_bytes(spec) <= avail
 
 
 def check_verify_memory(path: Path, spec: PlanSpec) -> None:
     """Raises PlanError if :func:`verify_plan` of such a plan would not fit in
     the memory available now."""
     avail = available_memory()
-    need, what = spec.num_samples // 8, "a bitmap of N/8"
-    if spec.kind == "uniform" and spec.drop_last and spec.num_samples % spec.global_batch_size:
+    need, what = _bitmap_bytes(spec), "a bitmap of N/8"
+    # A mixture's order is always built: its ids are compared one by one.
+    built = spec.space is not None and not isinstance(spec.space, Selection)
+    built |= spec.drop_last and spec.num_samples % spec.global_batch_size != 0
+    if spec.kind == "uniform" and built:
         need, what = need + 16 * spec.num_samples, "a bitmap of N/8 and the uniform permutation"
     if avail is not None and need > avail:
         raise PlanError(
@@ -46,7 +59,14 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
     per epoch (every id in [0, N) at most once, and exactly the ids of the
     epoch's steps: all N, or with drop_last those of the full steps).
 
-    Memory: a bitmap of N/8 bytes, plus a few 8 MiB buffers. For
+    A plan over an index space is checked against the plan over its space:
+    every id of a selection is one of its ids, at most once (compared with
+    the plan but for a uniform order that is not built), and every id of a
+    mixture is compared with the plan's (its ids repeat: that proves
+    coverage with their multiplicities).
+
+    Memory: a bitmap of N/8 bytes (N the store's size; none for a mixture),
+    plus a few 8 MiB buffers. For
     kind='uniform' the permutation itself is built (about 16 bytes per
     sample, as when it was written) when it fits in the memory available, or
     when drop_last drops a short last step; otherwise the ids are counted
@@ -103,6 +123,7 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
             {**d.spec.as_dict(), "epoch": epoch},
             progress=report,
             compare_ids=compare,
+            space=d.space,
         )
         base += sum(f.bytes for f in entries)
     return compared

@@ -17,6 +17,7 @@ import numpy as np
 
 import epochplan._native as _native
 from epochplan._args import bool_arg, int_arg, size_label
+from epochplan._native import Mixture, MixtureEpoch, Selection
 from epochplan._system import available_memory
 from epochplan._version import __version__
 from epochplan.planfile._checks import Progress, absolute, path_arg, progress_arg
@@ -40,6 +41,7 @@ from epochplan.planfile.publish import (
     why_not_replaceable,
 )
 from epochplan.planfile.reader import PlanDirectory, open_plan
+from epochplan.planfile.space import SPACE_DIR, SpaceInfo, space_bytes, write_space
 from epochplan.planfile.token_write import array_source, token_plan_bytes, write_token_epoch
 from epochplan.planfile.tokens import ArraySource, TokenFile, TokenInfo
 
@@ -48,7 +50,7 @@ __all__ = ["write_plan"]
 
 def write_plan(
     out: str | os.PathLike[str],
-    num_samples: int,
+    num_samples: int | Selection | Mixture,
     global_batch_size: int,
     world_size: int,
     *,
@@ -72,7 +74,11 @@ def write_plan(
     Args:
         out: the plan directory to create (its parents are created too, and
             removed again if the write fails).
-        num_samples: samples per epoch, as for :class:`epochplan.EpochPlan`.
+        num_samples: samples per epoch, or the index space the plan permutes
+            (a :class:`~epochplan.Selection` or :class:`~epochplan.Mixture`),
+            as for :class:`epochplan.EpochPlan`. A space is stored in the
+            directory (its masks and id arrays beside the rank files) and
+            rebuilt by :func:`open_plan`; the files then hold store ids.
         global_batch_size: samples per step over all ranks.
         seed: the orders' seed.
         kind: the kind of order (``"uniform"`` holds its permutation in memory).
@@ -88,8 +94,9 @@ def write_plan(
             by it (or a KeyboardInterrupt) stops the write and is re-raised.
         lengths: a token plan: tokens per sample, a path to a ``.npy`` file
             (memory-mapped) or an integer array (an ``np.memmap`` records
-            its file). The rank files then hold the balanced dealing, with
-            the token files beside them (see the plan-file reference).
+            its file), one value per store id over a space. The rank files
+            then hold the balanced dealing, with the token files beside them
+            (see the plan-file reference).
         loss_tokens: tokens per sample that count in the loss, as lengths
             (default: the lengths).
         cost: ``"tokens"`` or ``(a, b)`` for ``a*L + b*L**2``.
@@ -117,6 +124,11 @@ def write_plan(
     # The plan's own arguments are checked by the plan (the values it returns
     # are plain ints, as JSON needs); what only a plan directory has is
     # checked here.
+    if isinstance(num_samples, MixtureEpoch):
+        raise TypeError(
+            "num_samples must be the Mixture, not one of its epochs: the plan of epoch e "
+            "is planned over mixture.epoch(e)"
+        )
     spec = PlanSpec.checked(
         num_samples,
         global_batch_size,
@@ -126,6 +138,8 @@ def write_plan(
         preload_nchunks=preload_nchunks,
         drop_last=drop_last,
     )
+    if not isinstance(num_samples, (Selection, Mixture)):
+        spec = dataclasses.replace(spec, space=None)  # a numpy integer, say
     world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
     if (
         isinstance(epochs, (int, np.integer, str, bytes, Mapping))
@@ -176,7 +190,9 @@ class _TokenArgs:
     info: TokenInfo
 
     def dealer(self, spec: PlanSpec, epoch: int, world_size: int) -> _native.TokenDealer:
-        return _native.TokenDealer({**spec.as_dict(), "epoch": epoch}, world_size, **self.kwargs)
+        return _native.TokenDealer(
+            {**spec.as_dict(), "epoch": epoch}, world_size, **self.kwargs, space=spec.space
+        )
 
 
 def _token_args(
@@ -224,9 +240,11 @@ def _token_args(
     }
     # The arguments are checked by the dealer and by the plan, with their
     # messages; the plan gives the defaults and the cost as a value.
-    dealer = _native.TokenDealer({**spec.as_dict(), "epoch": 0}, world_size, **kwargs)
+    dealer = _native.TokenDealer(
+        {**spec.as_dict(), "epoch": 0}, world_size, **kwargs, space=spec.space
+    )
     plan = _native.EpochPlan(
-        spec.num_samples,
+        spec.num_samples if spec.space is None else spec.space,
         spec.global_batch_size,
         lengths=lengths,
         loss_tokens=loss_tokens,
@@ -311,12 +329,13 @@ def _write_new_plan(
     if tokens is None:
 
         def need(block: int) -> int:
-            return files_bytes(counts, epochs, block)
+            return files_bytes(counts, epochs, block) + space_bytes(spec.space, block)
     else:
         has_loss = tokens.info.loss_tokens is not None
 
         def need(block: int) -> int:
-            return token_plan_bytes(spec, world_size, epochs, has_loss, block)
+            plan_bytes = token_plan_bytes(spec, world_size, epochs, has_loss, block)
+            return plan_bytes + space_bytes(spec.space, block)
 
     try:
         tmp, lock = _prepare_output(out, force, spec, need)
@@ -326,6 +345,12 @@ def _write_new_plan(
     try:
         files: list[FileEntry] = []
         token_files: list[TokenFile] = []
+        space: SpaceInfo | None = None
+        if spec.space is not None:
+            # First: a plan over a space the directory cannot rebuild is not written.
+            space = write_space(spec.space, tmp)
+            fsync_dir(tmp / SPACE_DIR)
+            fsync_dir(tmp)
         for i, epoch in enumerate(epoch_list):
             names = [rank_file_name(epoch, r) for r in range(world_size)]
             (tmp / Path(names[0]).parent).mkdir()
@@ -358,6 +383,7 @@ def _write_new_plan(
                 progress=report,
                 # Errors name the files where they are published, not tmp.
                 display_paths=[str(out / n) for n in names],
+                space=spec.space,
             )
             for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos, strict=True)):
                 files.append(FileEntry(epoch, rank, name, count, nbytes, digest))
@@ -367,6 +393,8 @@ def _write_new_plan(
         if tokens is not None:
             info = dataclasses.replace(tokens.info, files=tuple(token_files))
             total_bytes = sum(f.bytes for f in files) + sum(f.bytes for f in token_files)
+        if space is not None:
+            total_bytes += sum(f.bytes for f in space.files)
         manifest = Manifest(
             spec,
             world_size,
@@ -375,6 +403,7 @@ def _write_new_plan(
             total_bytes,
             tuple(files),
             info,
+            space,
         )
         with open(tmp / MANIFEST, "w") as f:
             json.dump(manifest.to_json(f"epochplan {__version__}"), f, indent=1)

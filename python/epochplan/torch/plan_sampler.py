@@ -44,6 +44,13 @@ class PlanSampler(ElasticBatchSampler):
     the plan's) and must otherwise equal it. The state carries the lengths'
     digests, as the in-memory plan's does.
 
+    Index spaces (a plan written over a :class:`~epochplan.Selection` or
+    :class:`~epochplan.Mixture`): the ids are the store's, those of the plan
+    over the space the directory records (:attr:`PlanDirectory.space`); the
+    state is that plan's, with the space's digest, and ``load_state_dict``
+    refuses a state of another space (or of a mixture's epoch continued
+    from other counts than the files').
+
     Args:
         plan_dir: a plan directory (path or :class:`PlanDirectory`).
         micro_batch_size: the most samples per micro-batch on a rank (a
@@ -175,6 +182,7 @@ class PlanSampler(ElasticBatchSampler):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._check_consumed(state_dict)
         tokens = self.plan_dir.tokens
         if tokens is not None and isinstance(state_dict, dict):
             state_dict = dict(state_dict)
@@ -192,6 +200,24 @@ class PlanSampler(ElasticBatchSampler):
                         f"state_dict[{key!r}] is {saved!r} but the plan directory has {mine!r}"
                     )
         super().load_state_dict(state_dict)
+
+    def _check_consumed(self, state_dict: Any) -> None:
+        """A mixture's state names where each source's sequence continues;
+        the files hold each epoch from its default counts, so a state of
+        other counts (a curriculum's) is refused rather than served
+        another plan's ids. Every other field is checked by the base class."""
+        d = self.plan_dir
+        space = state_dict.get("space") if isinstance(state_dict, dict) else None
+        epoch = state_dict.get("epoch") if isinstance(state_dict, dict) else None
+        if not isinstance(space, dict) or "consumed" not in space or epoch not in d.epochs:
+            return
+        saved = space["consumed"]
+        mine = d.plan(epoch).state_dict().get("space") or {}
+        if isinstance(saved, (list, tuple)) and list(saved) != mine.get("consumed", list(saved)):
+            raise ValueError(
+                f"state_dict['space']['consumed'] is {saved!r} but the plan directory holds "
+                f"epoch {epoch} from {mine['consumed']!r}"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         # Open files are not pickled: the file is checked and opened again
