@@ -460,3 +460,106 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def test_cli_plans_over_a_space_file(tmp_path: Path) -> None:
+    np.save(tmp_path / "even.npy", np.arange(N) % 2 == 0)
+    spec = {
+        "mixture": [{"mask": "even.npy"}, {"ranges": [[0, 40]], "num_samples": N}],
+        "quotas": [120, 80],
+        "seed": 6,
+    }
+    (tmp_path / "space.json").write_text(json.dumps(spec))
+    out = tmp_path / "plan"
+    res = cli("plan", "-g", "32", "-w", "3", "--epochs", "2", "--seed", "2",
+              "--space", str(tmp_path / "space.json"), "--out", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "space: a mixture of 2 sources" in res.stdout
+    assert "the mixture's ids with their multiplicities" in res.stdout
+    space = ep.load_space(tmp_path / "space.json")
+    d = open_plan(out)
+    assert digest(d.space) == digest(space)
+    for epoch in (0, 1):
+        plan = ep.EpochPlan(space, 32, seed=2, epoch=epoch)
+        for rank in range(3):
+            np.testing.assert_array_equal(d.rank_ids(epoch, rank), plan.rank_indices(rank, 3))
+    # -n, when given, is the space file's store size.
+    res = cli("plan", "-n", "1000", "-g", "32", "-w", "1", "--no-verify",
+              "--space", str(tmp_path / "space.json"), "--out", str(tmp_path / "p2"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    # The plan stands alone: the space file and its mask may go.
+    (tmp_path / "even.npy").unlink()
+    (tmp_path / "space.json").unlink()
+    res = cli("verify", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "over a mixture of 2 sources" in res.stdout and "every id compared" in res.stdout
+
+
+def test_cli_plans_a_part_of_a_split(tmp_path: Path) -> None:
+    out = tmp_path / "val"
+    res = cli("plan", "-n", "5000", "-g", "64", "-w", "2", "--split", "0.9,0.1", "--part", "1",
+              "--split-seed", "8", "--seed", "3", "--out", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "plan: N=500 " in res.stdout
+    assert "space: a split selection of 500 of 5,000 ids" in res.stdout
+    part = ep.random_split(5000, [0.9, 0.1], seed=8)[1]
+    d = open_plan(out)
+    assert d.manifest["space"]["spec"] == {
+        "split": [4500, 500, 0],
+        "part": 1,
+        "num_samples": 5000,
+        "seed": 8,
+    }
+    plan = ep.EpochPlan(part, 64, seed=3)
+    for rank in range(2):
+        np.testing.assert_array_equal(d.rank_ids(0, rank), plan.rank_indices(rank, 2))
+    # Sizes work as fractions do; the default split seed is 0.
+    res = cli("plan", "-n", "5000", "-g", "64", "-w", "2", "--split", "4500,500", "--part", "0",
+              "--out", str(tmp_path / "train"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    train = open_plan(tmp_path / "train")
+    assert digest(train.space) == digest(ep.random_split(5000, [4500, 500])[0])
+    # Disjoint from the validation part of the same seed, none of whose ids it holds.
+    val = ep.random_split(5000, [4500, 500])[1]
+    ids = np.concatenate([train.rank_ids(0, r) for r in range(2)])
+    assert len(ids) == 4500 and not np.isin(ids, np.asarray(val)).any()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--part", "0"], "--part needs --split"),
+        (["--split-seed", "1"], "--split-seed needs --split"),
+        (["--split", "0.9,0.1", "--part", "0"], "--split needs -n/--num-samples"),
+        (["-n", "100", "--split", "0.9,0.1"], "--split needs --part K"),
+        (["-n", "100", "--split", "0.9,0.1", "--part", "2"], "--part must be in [0, 1]"),
+        (["-n", "100", "--split", "0.9,0.2", "--part", "0"], "--split: "),
+        (["-n", "100", "--split", "x,y", "--part", "0"], "argument --split: expected"),
+        (["--space", "SPACE", "--split", "0.5,0.5", "-n", "100", "--part", "0"],
+         "--space and --split"),
+        (["--space", "SPACE", "-n", "99"], "-n/--num-samples is 99 but the space file's store"),
+        (["--space", "MISSING"], "--space MISSING: cannot read the space spec"),
+        (["--space", "BAD"], "--space BAD: spec must have exactly one of the keys"),
+    ],
+)  # fmt: skip
+def test_cli_space_mistakes_name_the_flag(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "space.json").write_text(json.dumps({"ranges": [[0, 10]], "num_samples": 100}))
+    (tmp_path / "bad.json").write_text(json.dumps({"rangez": []}))
+    names = {"SPACE": "space.json", "MISSING": "missing.json", "BAD": "bad.json"}
+    args = [str(tmp_path / names[a]) if a in names else a for a in args]
+    message = message.replace("MISSING", str(tmp_path / "missing.json"))
+    message = message.replace("BAD", str(tmp_path / "bad.json"))
+    res = cli("plan", "-g", "4", "-w", "2", *args, "--out", str(tmp_path / "p"))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("epochplan plan: error: ")
+    assert message in res.stderr
+    assert res.stderr.count("\n") == 1
+    assert not (tmp_path / "p").exists()
+
+
+def test_cli_verify_names_a_corrupt_space_file(tmp_path: Path) -> None:
+    d = write_plan(tmp_path / "p", SPACES["mask"](), 32, 2).path
+    np.save(d / "space/mask.npy", LABELS == 2)
+    res = cli("verify", str(d))
+    assert res.returncode == 1
+    assert "space/mask.npy: its checksum is not the manifest's" in res.stderr

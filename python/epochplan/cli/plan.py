@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from epochplan._args import limit_label, size_label
-from epochplan._native import KINDS
+from epochplan._native import KINDS, Selection
 from epochplan.cli.arguments import (
     MAX_U64,
     Help,
@@ -22,6 +22,7 @@ from epochplan.cli.arguments import (
     seed_or_epoch,
 )
 from epochplan.cli.progress import peak_rss_bytes, progress_bar, rate_text, show_progress
+from epochplan.cli.space import add_space_arguments, describe_space, space_from_args
 from epochplan.planfile import MAX_FILES, PlanError, PlanSpec, verify_plan, write_plan
 from epochplan.planfile.verify import check_verify_memory
 
@@ -41,11 +42,18 @@ examples:
   epochplan plan -n 8474566 -g 640 -w 7 --epoch 0 --epochs 3 --seed 42 --out plan/ --force
   epochplan plan -n 1e6 -g 256 -w 4 --kind chunked --chunk-size 1000 --preload-nchunks 8 --out p/
   epochplan plan -n 1e6 -g 256 -w 4 --lengths lengths.npy --max-tokens 8192 --out p/
+  epochplan plan -n 1e6 -g 256 -w 4 --split 0.9,0.1 --part 0 --split-seed 3 --out train/
+  epochplan plan -g 256 -w 4 --space space.json --out p/
 
 Token plans (--lengths, a .npy file of tokens per sample): the rank files hold
 the balanced dealing, and beside them each rank's lengths, step offsets and
 the epoch's step table, so that PlanSampler cuts its micro-batches from its
 own files alone. The manifest records the lengths file's path and digest.
+
+Index spaces (--space, a space file; or --split with --part over a store of
+-n samples): the plan permutes the space's ids, and the rank files hold store
+ids. The space is stored in the plan directory (masks and id arrays beside
+the rank files), so readers and verify need nothing else.
 """
 
 
@@ -60,9 +68,9 @@ def add_parser(sub: Any) -> None:
         "-n",
         "--num-samples",
         type=samples,
-        default=10**9,
+        default=None,
         metavar="N",
-        help="samples per epoch (default 10^9)",
+        help="samples per epoch (default 10^9); with --split, the store's size",
     )
     p.add_argument(
         "-g",
@@ -148,6 +156,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--no-verify", action="store_true", help="skip verifying after writing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    add_space_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -195,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
             f"the last epoch (--epoch + --epochs - 1) must be at most {limit_label(MAX_U64)}, "
             f"got {args.epoch} + {args.epochs} - 1"
         )
+    space = space_from_args(args)
+    num_samples = args.num_samples if args.num_samples is not None else 10**9
+    if space is not None:
+        num_samples = len(space)
     temp_root = None
     out = args.out
     if out is None:
@@ -210,13 +223,14 @@ def run(args: argparse.Namespace) -> int:
                 check_verify_memory(
                     Path(out),
                     PlanSpec(
-                        args.num_samples,
+                        num_samples,
                         args.global_batch_size,
                         args.seed,
                         args.kind,
                         args.chunk_size,
                         args.preload_nchunks,
                         args.drop_last,
+                        space,
                     ),
                 )
             except PlanError as e:
@@ -225,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         with progress_bar("writing", "B", show, scale=8) as bar:
             d = write_plan(
                 out,
-                args.num_samples,
+                num_samples if space is None else space,
                 args.global_batch_size,
                 args.world_size,
                 seed=args.seed,
@@ -240,12 +254,15 @@ def run(args: argparse.Namespace) -> int:
             )
         t_write = time.perf_counter() - t0
         files = len(d.manifest["files"]) + len(d.manifest.get("token_files", []))
+        files += len(d.manifest.get("space", {}).get("files", []))
         nbytes = int(d.manifest["total_bytes"])
         ids = sum(int(f["count"]) for f in d.manifest["files"])
         say(
-            f"plan: N={args.num_samples:,} G={args.global_batch_size} W={args.world_size} "
-            f"epochs={list(epochs)} kind={args.kind} seed={args.seed} -> {out}"
+            f"plan: N={num_samples:,} G={args.global_batch_size} W={args.world_size} "
+            f"epochs={list(epochs)} kind={d.kind} seed={args.seed} -> {out}"
         )
+        if space is not None:
+            say(f"space: {describe_space(space)}, stored in the plan directory")
         say(
             f"wrote {files} files, {size_label(nbytes)} in {t_write:.1f} s "
             f"({rate_text(ids / max(t_write, 1e-9))} ids/s, "
@@ -257,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
                 compared = verify_plan(d.path, progress=bar)
             t_verify = time.perf_counter() - t1
             every_id = "as planned and once per epoch" if compared else _COUNTED
+            if d.space is not None:
+                every_id = _space_coverage(d.space, compared)
             if d.tokens is not None:
                 every_id = "once per epoch, the caps, equal micro-batch counts and the balance " + (
                     "bound; every id as planned"
@@ -280,3 +299,12 @@ def run(args: argparse.Namespace) -> int:
         if temp_root is not None and not args.keep:
             shutil.rmtree(temp_root, ignore_errors=True)
     return 0
+
+
+def _space_coverage(space: Any, compared: bool) -> str:
+    """What verification says of a plan over an index space."""
+    if not isinstance(space, Selection):
+        return "as planned: the mixture's ids with their multiplicities"
+    if compared:
+        return "as planned and once per epoch, exactly the space's ids"
+    return "a member of the space and at most once per epoch (not compared: see verify --help)"

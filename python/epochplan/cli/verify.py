@@ -9,6 +9,7 @@ from typing import Any
 from epochplan._args import size_label
 from epochplan.cli.arguments import Help, path
 from epochplan.cli.progress import progress_bar, show_progress
+from epochplan.cli.space import describe_space
 from epochplan.planfile import open_plan, verify_plan
 from epochplan.planfile.token_verify import lengths_unreachable
 
@@ -25,6 +26,11 @@ included), the same micro-batch count on every rank, the balance bound (the
 spread of the ranks' costs at most the step's largest single cost) and, when
 the lengths file recorded in the manifest is reachable, the stored lengths
 against it and every id against the dealing it gives (otherwise it says so).
+A plan over an index space (written with --space or --split) is checked
+against the plan over the space its directory stores (its files' checksums
+and its digest first): every id of a selection is one of its ids, at most
+once, and every id of a mixture is compared with the plan's, which proves
+coverage of exactly the space's ids with their multiplicities.
 Streams through the files with a bitmap of N/8 bytes (kind uniform with a
 dropped step also builds the permutation, about 16 bytes per sample). Exit
 status 0 when everything holds; otherwise one line naming the file and its
@@ -62,9 +68,13 @@ def run(args: argparse.Namespace) -> int:
                 else f"the lengths file was not compared (not reachable: {why})"
             )
         files = len(d.manifest["files"]) + len(d.manifest.get("token_files", []))
+        over = ""
+        if d.space is not None:
+            files += len(d.manifest["space"]["files"])
+            over = f", over {describe_space(d.space)}"
         print(
             f"{args.dir}: ok ({files} files, "
-            f"{size_label(int(d.manifest['total_bytes']))}, N={d.num_samples:,}, "
+            f"{size_label(int(d.manifest['total_bytes']))}, N={d.num_samples:,}{over}, "
             f"W={d.world_size}, epochs={d.epochs}; {ids}) in {time.perf_counter() - t0:.1f} s"
         )
     return 0
