@@ -716,6 +716,42 @@ mod tests {
         assert_eq!(tested + 1, supported_paths().len());
     }
 
+    /// Times every supported path on 10^7 consecutive positions of a narrow
+    /// and a wide domain (best of five, into a warm buffer), checking that
+    /// they agree: `cargo test -p epochplan-core --profile release-tests --lib
+    /// -- --ignored --nocapture paths_agree_and_their_speeds`.
+    #[test]
+    #[ignore = "a timing run; prints ns per position"]
+    fn paths_agree_and_their_speeds() {
+        let len = 10_000_000;
+        for n in [100_000_000, 1_000_000_000_000_000] {
+            let c = Cipher::new(n, [1, 2]);
+            let start = n / 2;
+            let mut first: Option<Vec<i64>> = None;
+            for path in supported_paths() {
+                let mut values = vec![0; len];
+                let mut best = f64::INFINITY;
+                for _ in 0..5 {
+                    values
+                        .iter_mut()
+                        .zip(start as i64..)
+                        .for_each(|(v, p)| *v = p);
+                    let t = std::time::Instant::now();
+                    c.apply_blocks_on(path, &mut values);
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+                println!(
+                    "n = {n}, {path:?}: {:.2} ns per position",
+                    best * 1e9 / len as f64
+                );
+                match &first {
+                    None => first = Some(values),
+                    Some(f) => assert!(*f == values, "n = {n}, {path:?}"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn narrow_mixer_equals_mixer() {
         let mut keys = SplitMix64::new(5);
