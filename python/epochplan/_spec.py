@@ -85,7 +85,7 @@ class PlanSpec:
             plan.chunk_size,
             plan.preload_nchunks,
             plan.drop_last,
-            None if isinstance(num_samples, int) else num_samples,
+            num_samples if isinstance(num_samples, (Selection, Mixture)) else None,
         )
 
     def plan(self, epoch: int, tokens: TokenSpec | None = None) -> EpochPlan:

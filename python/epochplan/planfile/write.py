@@ -138,8 +138,6 @@ def write_plan(
         preload_nchunks=preload_nchunks,
         drop_last=drop_last,
     )
-    if not isinstance(num_samples, (Selection, Mixture)):
-        spec = dataclasses.replace(spec, space=None)  # a numpy integer, say
     world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
     if (
         isinstance(epochs, (int, np.integer, str, bytes, Mapping))
