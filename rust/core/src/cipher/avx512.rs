@@ -36,7 +36,12 @@ use std::arch::x86_64::{
 
 /// Lanes of 64 bits in a vector.
 const LANES: usize = 8;
-/// Independent groups of eight lanes in flight.
+/// Independent groups of eight lanes in flight. Measured at 10^8 positions
+/// on a Sapphire Rapids core (fastest of nine calls): 3.9 ns a position with
+/// eight, 4.2 to 4.5 with four, 4.8 to 5.0 with two. Products assembled from
+/// 32-bit multiplies as in [`super::avx2`] measured slower (4.1 to 4.4 with
+/// the first one so, 4.3 to 4.7 with both, against 3.6 to 4.0 native), and
+/// compressing to memory the same as compressing to a register.
 const GROUPS: usize = 8;
 /// Values encrypted per pass of the inner loop.
 const WIDTH: usize = LANES * GROUPS;
