@@ -21,6 +21,15 @@
 //! Using the next power of two (not the next even power) keeps the expected
 //! walk below two encryptions. Six rounds: a Feistel network needs four with
 //! ideal round functions; two more give margin.
+//!
+//! The batch evaluation ([`Cipher::apply_in_place`]) has three paths with the
+//! same output, chosen at run time by the CPU's instructions: AVX-512 (module
+//! `avx512`), AVX2 (module `avx2`) and portable code.
+//! `EPOCHPLAN_CIPHER_PATH` (`portable`, `avx2` or `avx512`) caps the choice
+//! for a whole process, so that CI can run every test on each path the CPU
+//! has, e.g.
+//! `EPOCHPLAN_CIPHER_PATH=avx2 cargo test -p epochplan-core` and
+//! `EPOCHPLAN_CIPHER_PATH=portable pytest`; see the crate-private `Path`.
 
 use crate::keys::{SplitMix64, Xoshiro256pp};
 
