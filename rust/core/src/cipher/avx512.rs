@@ -21,10 +21,8 @@
 //! table of lane permutations. The compress targets a register, not memory:
 //! compressing straight to memory is microcoded on some CPUs (AMD Zen 4).
 //!
-//! The AVX-512 intrinsics are stable since Rust 1.89, after the workspace's
-//! `rust-version` (1.87): this module needs 1.89 to build, which the
-//! workspace's `rust-version` should say.
-#![allow(clippy::incompatible_msrv)]
+//! The AVX-512 intrinsics are stable since Rust 1.89, the workspace's
+//! `rust-version`.
 
 use super::{Cipher, Walk, MIX_MUL1, MIX_MUL2, ROUNDS};
 use std::arch::x86_64::{
