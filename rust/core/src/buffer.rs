@@ -226,7 +226,7 @@ fn try_zeroed(len: usize) -> Option<Vec<i64>> {
 /// which are correct too.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-fn advise_huge_pages<T>(memory: &[T]) {
+pub(crate) fn advise_huge_pages<T>(memory: &[T]) {
     const PAGE: usize = 4096;
     let bytes = std::mem::size_of_val(memory);
     if bytes < HUGE_PAGE_MIN_BYTES {
@@ -245,7 +245,7 @@ fn advise_huge_pages<T>(memory: &[T]) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages<T>(_memory: &[T]) {}
+pub(crate) fn advise_huge_pages<T>(_memory: &[T]) {}
 
 #[cfg(test)]
 mod tests {

@@ -3,15 +3,36 @@
 //! Bit `i` of the store is bit `i % 64` of word `i / 64`. The directory keeps,
 //! for every superblock of 4096 bits (64 words), the ones before it (a `u64`),
 //! and for every block of 512 bits (8 words), the ones before it inside its
-//! superblock (a `u16`, at most 4032). That is 3 bytes per 512 bits beyond the
-//! mask's own 64: 4.7% more than the bits themselves.
+//! superblock (a `u16`, at most 4032). A select sample keeps, for every
+//! 8192nd one, the superblock holding it (a `u64`). That is 3 bytes per 512
+//! bits for the directory (4.7% more than the bits themselves) and at most 8
+//! bytes per 8192 bits for the sample (0.8%, when every bit is set): at most
+//! 5.5% in all, plus a padding of 4 superblock counts and of the last
+//! superblock's blocks. Large masks are asked for huge pages, so random
+//! lookups do not also miss the TLB.
 //!
-//! `select(j)` (the position of the `j`-th set bit, from 0) is a binary search
-//! over the superblocks, one over the at most 8 blocks of the superblock, a
-//! scan of at most 8 words and a select inside one word: O(log N) and a few
-//! cache lines. `rank(i)` (the set bits below `i`) is O(1).
+//! `select(j)` (the position of the `j`-th set bit, from 0) reads the
+//! sample's entries for `j`, which bracket the superblock holding it (one to
+//! three superblocks for a mask with a quarter of its bits set or more:
+//! counted over a fixed window without a branch; a binary search in sparse
+//! stretches), picks the block by counting the superblock's 8 block counts
+//! at most `j`, then the word by the running popcounts of the block's words,
+//! then the bit inside the word (byte sums, then a table of 2 KiB): a few
+//! cache lines and no branch on the data. `rank(i)` (the set bits below `i`)
+//! is O(1).
+//!
+//! # Many lookups at once
+//!
+//! A plan looks up millions of random `j`; each one's sample entry,
+//! superblock count, block counts and words are cache misses that depend on
+//! each other. [`BitMask::select_in_place`] works on batches of
+//! [`SELECT_BATCH`] positions in stages, one light loop a level: all the
+//! batch's sample entries, then their superblock counts, block counts and
+//! words (both cache lines a block may straddle), then the word scans.
+//! Within a stage the loads are independent, so the processor overlaps their
+//! misses. The result is [`BitMask::select`] on each position.
 
-use crate::buffer::vec_with_capacity;
+use crate::buffer::{advise_huge_pages, vec_with_capacity};
 use crate::error::{Error, Result};
 
 /// Words per block (512 bits).
@@ -20,16 +41,28 @@ const BLOCK_WORDS: usize = 8;
 const SUPER_BLOCKS: usize = 8;
 /// Words per superblock.
 const SUPER_WORDS: usize = BLOCK_WORDS * SUPER_BLOCKS;
+/// Ones per entry of the select sample (a power of two).
+const SAMPLE_ONES: u64 = 8192;
+/// Superblocks [`BitMask::select`] counts without a search: when the
+/// sample's entries bracket at most this many after the first (two or three
+/// for a mask with more than a quarter of its bits set).
+const SUPER_WINDOW: usize = 4;
+/// Positions per batch of [`BitMask::select_in_place`].
+pub const SELECT_BATCH: usize = 64;
 
 /// `num_bits` bits and their rank/select directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BitMask {
     num_bits: u64,
     words: Box<[u64]>,
-    /// Set bits before each superblock.
+    /// Set bits before each superblock, then [`SUPER_WINDOW`] times
+    /// `u64::MAX`.
     supers: Box<[u64]>,
-    /// Set bits before each block, counted from its superblock's start.
+    /// Set bits before each block, counted from its superblock's start;
+    /// `u16::MAX` for the blocks past the end of the last superblock.
     blocks: Box<[u16]>,
+    /// The superblock holding the `(m * SAMPLE_ONES)`-th set bit, for every `m`.
+    samples: Box<[u64]>,
     ones: u64,
 }
 
@@ -42,10 +75,19 @@ fn word_count(num_bits: u64) -> Result<usize> {
     })
 }
 
+/// Room for `n` words of a mask, on huge pages when large: a plan's lookups
+/// land on random words, and with 4 KiB pages most of them would also miss
+/// the TLB.
+fn words_with_capacity(n: usize) -> Result<Vec<u64>> {
+    let mut words = vec_with_capacity(n, "the mask's words")?;
+    advise_huge_pages(words.spare_capacity_mut());
+    Ok(words)
+}
+
 impl BitMask {
     /// The mask whose bit `i` is `bits[i]`.
     pub fn from_bools(bits: &[bool]) -> Result<BitMask> {
-        let mut words = vec_with_capacity(bits.len().div_ceil(64), "the mask's words")?;
+        let mut words = words_with_capacity(bits.len().div_ceil(64))?;
         words.extend(bits.chunks(64).map(|chunk| {
             chunk
                 .iter()
@@ -74,6 +116,8 @@ impl BitMask {
                 }
             }
         }
+        // Already filled: huge pages only if the kernel collapses them later.
+        advise_huge_pages(&words);
         BitMask::from_words_unchecked(words, num_bits)
     }
 
@@ -82,8 +126,10 @@ impl BitMask {
     pub(crate) fn from_words_unchecked(words: Vec<u64>, num_bits: u64) -> Result<BitMask> {
         let num_supers = words.len().div_ceil(SUPER_WORDS);
         let num_blocks = words.len().div_ceil(BLOCK_WORDS);
-        let mut supers = vec_with_capacity(num_supers, "the mask's directory")?;
-        let mut blocks = vec_with_capacity(num_blocks, "the mask's directory")?;
+        let mut supers = vec_with_capacity(num_supers + SUPER_WINDOW, "the mask's directory")?;
+        // The last superblock's blocks are padded to 8 with counts above any
+        // superblock's ones, so that every superblock has 8 counts to read.
+        let mut blocks = vec_with_capacity(num_supers * SUPER_BLOCKS, "the mask's directory")?;
         let mut ones = 0u64;
         for sup in words.chunks(SUPER_WORDS) {
             supers.push(ones);
@@ -95,11 +141,30 @@ impl BitMask {
             }
             ones += u64::from(inside);
         }
+        debug_assert!(blocks.len() == num_blocks);
+        blocks.resize(num_supers * SUPER_BLOCKS, u16::MAX);
+        let mut samples = vec_with_capacity(
+            usize::try_from(ones.div_ceil(SAMPLE_ONES)).unwrap_or(usize::MAX),
+            "the mask's directory",
+        )?;
+        for (sup, &before) in supers.iter().enumerate() {
+            let after = supers.get(sup + 1).copied().unwrap_or(ones);
+            // The sampled ones in [before, after) are in this superblock.
+            let mut next = samples.len() as u64 * SAMPLE_ONES;
+            while next < after {
+                debug_assert!(next >= before);
+                samples.push(sup as u64);
+                next += SAMPLE_ONES;
+            }
+        }
+        // Counts above any j past the end, for the window of superblocks.
+        supers.resize(num_supers + SUPER_WINDOW, u64::MAX);
         Ok(BitMask {
             num_bits,
             words: words.into_boxed_slice(),
             supers: supers.into_boxed_slice(),
             blocks: blocks.into_boxed_slice(),
+            samples: samples.into_boxed_slice(),
             ones,
         })
     }
@@ -142,15 +207,80 @@ impl BitMask {
     /// caller's contract.
     pub fn select(&self, j: u64) -> u64 {
         debug_assert!(j < self.ones);
-        // The last superblock with at most j ones before it holds the bit.
-        let sup = self.supers.partition_point(|&c| c <= j) - 1;
-        let mut left = j - self.supers[sup];
-        let first_block = sup * SUPER_BLOCKS;
-        let last_block = (first_block + SUPER_BLOCKS).min(self.blocks.len());
-        let blocks = &self.blocks[first_block..last_block];
-        let block = first_block + blocks.partition_point(|&c| u64::from(c) <= left) - 1;
-        left -= u64::from(self.blocks[block]);
+        let sup = self.superblock_of(j);
+        let (block, left) = self.block_of(sup, j - self.supers[sup]);
+        self.select_in_block(block, left)
+    }
+
+    /// The superblock holding the `j`-th set bit: the last superblock with
+    /// at most `j` ones before it, between the sample's entries for `j`.
+    #[inline]
+    fn superblock_of(&self, j: u64) -> usize {
+        let m = (j / SAMPLE_ONES) as usize;
+        let lo = self.samples[m] as usize;
+        let hi = self
+            .samples
+            .get(m + 1)
+            .map_or(self.num_supers() - 1, |&s| s as usize);
+        // supers[lo] <= j (the (m * SAMPLE_ONES)-th one is in superblock
+        // lo), and every superblock after hi has more than j ones before it
+        // (the ((m + 1) * SAMPLE_ONES)-th one is in hi): the superblock is lo
+        // plus the count of those after lo with at most j ones before them.
+        if hi - lo <= SUPER_WINDOW {
+            // Counted without branches on the data, over a fixed window
+            // (the padding at the end counts for none).
+            let window = &self.supers[lo + 1..lo + 1 + SUPER_WINDOW];
+            return lo + window.iter().map(|&c| usize::from(c <= j)).sum::<usize>();
+        }
+        // A sparse stretch: a binary search whose steps select, not branch.
+        let (mut base, mut len) = (lo, hi + 1 - lo);
+        while len > 1 {
+            let half = len / 2;
+            base += half * usize::from(self.supers[base + half] <= j);
+            len -= half;
+        }
+        base
+    }
+
+    /// The number of superblocks (without the padding).
+    #[inline]
+    fn num_supers(&self) -> usize {
+        self.supers.len() - SUPER_WINDOW
+    }
+
+    /// The block of superblock `sup` holding the superblock's `left`-th set
+    /// bit, and the set bits before that one inside the block.
+    #[inline]
+    fn block_of(&self, sup: usize, left: u64) -> (usize, u64) {
+        let first = sup * SUPER_BLOCKS;
+        let counts = &self.blocks[first..first + SUPER_BLOCKS];
+        // The counts grow along the superblock (the padding last): the
+        // blocks with at most `left` ones before them are a prefix, and its
+        // last holds the bit. `left < 4096`, so counting needs no branch.
+        let left16 = left as u16;
+        let inside: usize = counts.iter().map(|&c| usize::from(c <= left16)).sum();
+        let block = first + inside - 1;
+        (block, left - u64::from(self.blocks[block]))
+    }
+
+    /// The position of the `left`-th set bit of block `block`.
+    #[inline]
+    fn select_in_block(&self, block: usize, mut left: u64) -> u64 {
         let mut word = block * BLOCK_WORDS;
+        if let Some(words) = self.words.get(word..word + BLOCK_WORDS) {
+            // A whole block: the words whose running count stays at most
+            // `left` come first, counted without branches on the data.
+            let (mut skip, mut before, mut sum) = (0usize, 0u64, 0u64);
+            for &w in &words[..BLOCK_WORDS - 1] {
+                sum += u64::from(w.count_ones());
+                let passed = sum <= left;
+                skip += usize::from(passed);
+                before = if passed { sum } else { before };
+            }
+            word += skip;
+            return word as u64 * 64
+                + u64::from(select_in_word(self.words[word], (left - before) as u32));
+        }
         loop {
             let ones = u64::from(self.words[word].count_ones());
             if left < ones {
@@ -161,10 +291,52 @@ impl BitMask {
         }
     }
 
+    /// Replaces every `values[i]` (each in `[0, count_ones())`) by
+    /// `select(values[i])`, in batches whose cache misses overlap (see the
+    /// module's documentation).
+    pub fn select_in_place(&self, values: &mut [i64]) {
+        let mut sups = [0usize; SELECT_BATCH];
+        let mut blocks = [0usize; SELECT_BATCH];
+        let mut lefts = [0u64; SELECT_BATCH];
+        for batch in values.chunks_mut(SELECT_BATCH) {
+            let n = batch.len();
+            debug_assert!(batch.iter().all(|&j| (j as u64) < self.ones));
+            // Each stage is one light loop whose loads are independent of
+            // each other: the processor has many of them in flight, and
+            // the next stage finds its lines in the cache.
+            let mut touch = 0u64;
+            for &j in batch.iter() {
+                touch ^= self.samples[(j as u64 / SAMPLE_ONES) as usize];
+            }
+            for &j in batch.iter() {
+                let lo = self.samples[(j as u64 / SAMPLE_ONES) as usize] as usize;
+                touch ^= self.supers[lo + 1];
+            }
+            for (i, &j) in batch.iter().enumerate() {
+                let sup = self.superblock_of(j as u64);
+                sups[i] = sup;
+                lefts[i] = j as u64 - self.supers[sup];
+                touch ^= u64::from(self.blocks[sup * SUPER_BLOCKS]);
+            }
+            for i in 0..n {
+                let (block, left) = self.block_of(sups[i], lefts[i]);
+                blocks[i] = block;
+                lefts[i] = left;
+                // A block's 64 bytes may straddle two cache lines.
+                let last = (block * BLOCK_WORDS + BLOCK_WORDS - 1).min(self.words.len() - 1);
+                touch ^= self.words[block * BLOCK_WORDS] ^ self.words[last];
+            }
+            std::hint::black_box(touch);
+            for (i, v) in batch.iter_mut().enumerate() {
+                *v = self.select_in_block(blocks[i], lefts[i]) as i64;
+            }
+        }
+    }
+
     /// Bit-wise combination of two masks of the same size; `op` must map
     /// two clear bits to a clear bit.
     pub(crate) fn combine(&self, other: &BitMask, op: impl Fn(u64, u64) -> u64) -> Result<BitMask> {
-        let mut words = vec_with_capacity(self.words.len(), "the mask's words")?;
+        let mut words = words_with_capacity(self.words.len())?;
         words.extend(
             self.words
                 .iter()
@@ -176,7 +348,7 @@ impl BitMask {
 
     /// The complement inside the store.
     pub(crate) fn complement(&self) -> Result<BitMask> {
-        let mut words = vec_with_capacity(self.words.len(), "the mask's words")?;
+        let mut words = words_with_capacity(self.words.len())?;
         words.extend(self.words.iter().map(|&w| !w));
         if !self.num_bits.is_multiple_of(64) {
             if let Some(last) = words.last_mut() {
@@ -190,19 +362,56 @@ impl BitMask {
     /// and given to [`BitMask::from_words_unchecked`].
     pub(crate) fn clear_words(num_bits: u64) -> Result<Vec<u64>> {
         let n = word_count(num_bits)?;
-        let mut words = vec_with_capacity(n, "the mask's words")?;
+        let mut words = words_with_capacity(n)?;
         words.resize(n, 0);
         Ok(words)
     }
 }
 
-/// The position of the `k`-th set bit of `w` (from 0); `k < popcount(w)`.
-#[inline]
-fn select_in_word(mut w: u64, k: u32) -> u32 {
-    for _ in 0..k {
-        w &= w - 1;
+/// Every byte set to 1.
+const ONES_STEP_8: u64 = 0x0101_0101_0101_0101;
+/// The top bit of every byte.
+const MSBS_STEP_8: u64 = 0x8080_8080_8080_8080;
+
+/// `SELECT_IN_BYTE[k * 256 + b]`: the position of the `k`-th set bit of the
+/// byte `b` (8 when `b` has at most `k` set bits).
+static SELECT_IN_BYTE: [u8; 2048] = {
+    let mut table = [8u8; 2048];
+    let mut b = 0;
+    while b < 256 {
+        let (mut k, mut bit) = (0, 0);
+        while bit < 8 {
+            if (b >> bit) & 1 == 1 {
+                table[k * 256 + b] = bit as u8;
+                k += 1;
+            }
+            bit += 1;
+        }
+        b += 1;
     }
-    w.trailing_zeros()
+    table
+};
+
+/// The position of the `k`-th set bit of `w` (from 0); `k < popcount(w)`.
+///
+/// Broadword: the set bits of each byte, their running sums in the bytes of
+/// one product, the byte where the sum passes `k` from the bytes whose sum
+/// is at most `k`, then a table for the byte.
+#[inline]
+fn select_in_word(w: u64, k: u32) -> u32 {
+    debug_assert!(k < w.count_ones());
+    let mut s = w - ((w >> 1) & 0x5555_5555_5555_5555);
+    s = (s & 0x3333_3333_3333_3333) + ((s >> 2) & 0x3333_3333_3333_3333);
+    s = (s + (s >> 4)) & 0x0F0F_0F0F_0F0F_0F0F;
+    // Byte b holds the set bits of bytes 0..=b (at most 64: the top bits
+    // stay clear, so the comparison below borrows nothing across bytes).
+    let sums = s.wrapping_mul(ONES_STEP_8);
+    let below = (((u64::from(k) * ONES_STEP_8) | MSBS_STEP_8) - sums) & MSBS_STEP_8;
+    // The bytes whose running sum is at most k come first.
+    let byte = below.count_ones() * 8;
+    let before = ((sums << 8) >> byte) & 0xFF;
+    let rank = u64::from(k) - before;
+    byte + u32::from(SELECT_IN_BYTE[(rank * 256 + ((w >> byte) & 0xFF)) as usize])
 }
 
 #[cfg(test)]
@@ -236,6 +445,99 @@ mod tests {
                 assert!(mask.bit(pos));
             }
             assert_eq!(mask.rank(n as u64), want.len() as u64);
+        }
+    }
+
+    /// The `k`-th set bit of `w`, by clearing the lower ones.
+    fn select_in_word_by_clearing(mut w: u64, k: u32) -> u32 {
+        for _ in 0..k {
+            w &= w - 1;
+        }
+        w.trailing_zeros()
+    }
+
+    /// SplitMix64's output function, for test patterns.
+    fn hash(x: u64) -> u64 {
+        let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    #[test]
+    fn select_in_word_agrees_with_clearing_the_lower_ones() {
+        let mut words: Vec<u64> = vec![1, 1 << 63, u64::MAX, 0x8000_0000_0000_0001, 0xFF00];
+        words.extend((0..64).map(|b| 1u64 << b));
+        words.extend((0..2000).map(hash));
+        // Sparse and dense random words.
+        words.extend((0..2000).map(|i| hash(i) & hash(i + 7919) & hash(i + 104_729)));
+        words.extend((0..2000).map(|i| hash(i) | hash(i + 7919)));
+        for w in words {
+            for k in 0..w.count_ones() {
+                assert_eq!(
+                    select_in_word(w, k),
+                    select_in_word_by_clearing(w, k),
+                    "word {w:#x}, k {k}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn batched_select_agrees_with_one_select_at_a_time_on_many_masks() {
+        // Several superblocks and select-sample entries; a last partial word.
+        let n = 9 * SAMPLE_ONES as usize + 4096 * 3 + 77;
+        type Pattern = Box<dyn Fn(usize) -> bool>;
+        let patterns: Vec<(&str, Pattern)> = vec![
+            ("dense", Box::new(|i| i % 10 != 3)),
+            ("all", Box::new(|_| true)),
+            ("sparse", Box::new(|i| hash(i as u64).is_multiple_of(1000))),
+            ("one", Box::new(|i| i == 40_000)),
+            ("last bit", Box::new(move |i| i == n - 1)),
+            ("first and last", Box::new(move |i| i == 0 || i == n - 1)),
+            // Empty blocks and superblocks between dense runs.
+            (
+                "runs",
+                Box::new(|i| (i / 600) % 7 == 0 || (i / 20_000) % 3 == 1),
+            ),
+            ("empty superblocks", Box::new(|i| (i / 4096) % 3 == 2)),
+            ("random half", Box::new(|i| hash(i as u64) & 1 == 1)),
+            ("none", Box::new(|_| false)),
+        ];
+        for (name, p) in patterns {
+            for len in [n, n - 77, 64 * 3 + 5, 1] {
+                let bits: Vec<bool> = (0..len).map(&p).collect();
+                let mask = BitMask::from_bools(&bits).unwrap();
+                let want = naive_positions(&bits);
+                assert_eq!(mask.count_ones(), want.len() as u64, "{name}");
+                if want.is_empty() {
+                    mask.select_in_place(&mut []);
+                    continue;
+                }
+                // Every j in order, then random js (a length that is not a
+                // multiple of the batch).
+                let mut js: Vec<i64> = (0..want.len() as i64).collect();
+                js.extend(
+                    (0..(3 * SELECT_BATCH + 5) as u64)
+                        .map(|i| (hash(i ^ len as u64) % want.len() as u64) as i64),
+                );
+                let mut got = js.clone();
+                mask.select_in_place(&mut got);
+                for (&j, &id) in js.iter().zip(&got) {
+                    assert_eq!(id as u64, want[j as usize], "{name}, len {len}, j {j}");
+                    assert_eq!(mask.select(j as u64), id as u64, "{name}, j {j}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_select_sample_stays_within_its_documented_size() {
+        for n in [1usize, 8191, 8192, 8193, 5 * 8192 + 1] {
+            let mask = BitMask::from_bools(&vec![true; n]).unwrap();
+            assert_eq!(mask.samples.len(), n.div_ceil(SAMPLE_ONES as usize));
+            // At most 8 bytes per 8192 bits, plus one entry.
+            assert!(mask.samples.len() * 8 <= n / 1024 + 8);
         }
     }
 

@@ -336,6 +336,7 @@ impl Selection {
                 let ids = i.ids();
                 values.iter_mut().for_each(|v| *v = ids[*v as usize]);
             }
+            Repr::Mask(m) => m.select_in_place(values),
             _ => values
                 .iter_mut()
                 .for_each(|v| *v = self.id_at(*v as u64) as i64),
