@@ -22,6 +22,13 @@
 //! same descent with prefix lengths counts a source's positions in any
 //! prefix.
 //!
+//! Each step of [`Interleave::locate`] takes one division, by the node's
+//! fixed `Q`, done as a multiplication by a reciprocal kept with the node
+//! and one correction (see `Node::div_rem`), and both `L(i)` and the side
+//! come from its quotient and remainder. The tree is padded so that every
+//! leaf is at depth `ceil(log2 K)` (see `Tree`): a descent is a fixed number
+//! of steps whose sides are selected, not branched on.
+//!
 //! # Bound
 //!
 //! **Claim.** For every prefix of `P` positions of the epoch and every
@@ -63,12 +70,128 @@ use crate::order::MAX_SAMPLES;
 pub struct Interleave {
     /// `before[k]` = the quotas of sources `0..k`; `before[K] = S`.
     before: Vec<u64>,
+    /// The tree, ready for [`Interleave::locate`].
+    tree: Tree,
 }
 
 /// `L(i)` of a node with left quota `ql` and total quota `q >= 1`.
 #[inline]
 fn left_of(i: u64, ql: u64, q: u64) -> u64 {
     ((u128::from(i) * u128::from(ql) + u128::from(q / 2)) / u128::from(q)) as u64
+}
+
+/// One node of the tree, ready to split its positions: its quotas and a
+/// reciprocal of its total, so that [`Node::split`] multiplies instead of
+/// dividing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Node {
+    /// The node's quota `Q` (at least 1 when a position reaches it).
+    q: u64,
+    /// The left child's quota `qL <= Q`.
+    ql: u64,
+    /// `floor(2**64 / Q)` for `Q >= 2`; 0 for `Q <= 1`.
+    reciprocal: u64,
+}
+
+impl Node {
+    fn new(ql: u64, q: u64) -> Node {
+        let reciprocal = if q >= 2 {
+            ((1u128 << 64) / u128::from(q)) as u64
+        } else {
+            0
+        };
+        Node { q, ql, reciprocal }
+    }
+
+    /// `(floor(x / Q), x % Q)` for `Q >= 1`. With `m = floor(2**64 / Q)`,
+    /// `x * m / 2**64` lies in `(x / Q - 1, x / Q]` (as `x < 2**64`), so its
+    /// floor is the quotient or one less: one correction makes it exact.
+    #[inline]
+    fn div_rem(&self, x: u64) -> (u64, u64) {
+        if self.reciprocal == 0 {
+            return (x, 0);
+        }
+        let mut quotient = ((u128::from(x) * u128::from(self.reciprocal)) >> 64) as u64;
+        // quotient <= x / Q: no underflow.
+        let mut rem = x - quotient * self.q;
+        if rem >= self.q {
+            quotient += 1;
+            rem -= self.q;
+        }
+        (quotient, rem)
+    }
+
+    /// `L(i)` and whether the node's position `i` goes to the left child
+    /// (`L(i + 1) > L(i)`), from one division: with `x = i * qL + floor(Q /
+    /// 2) = L(i) * Q + r`, `L(i + 1) = L(i) + floor((r + qL) / Q)` and
+    /// `r + qL < 2 Q`, so the position goes left exactly when `r + qL >= Q`.
+    /// In 64-bit arithmetic when `x` fits, else in 128-bit.
+    #[inline]
+    fn split(&self, i: u64) -> (u64, bool) {
+        let (ql, q) = (self.ql, self.q);
+        match i.checked_mul(ql).and_then(|x| x.checked_add(q / 2)) {
+            Some(x) => {
+                let (left, r) = self.div_rem(x);
+                // r < Q <= 2**63 and qL <= Q: no overflow.
+                (left, r + ql >= q)
+            }
+            None => {
+                let x = u128::from(i) * u128::from(ql) + u128::from(q / 2);
+                let (left, r) = (x / u128::from(q), x % u128::from(q));
+                (left as u64, r + u128::from(ql) >= u128::from(q))
+            }
+        }
+    }
+}
+
+/// The tree of [`Interleave::locate`], padded to one depth: a leaf above
+/// the deepest level continues as a chain of pass-through nodes (`qL = Q`,
+/// which send position `i` to the left child as position `i`), so every
+/// descent takes the same number of steps, and each step's side is a
+/// selection, not a branch (the sides of random positions are coin flips,
+/// which branch prediction loses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tree {
+    /// The depth of every leaf: `ceil(log2 K)`.
+    depth: u32,
+    /// The inner nodes, numbered as a heap (the children of node `t` are
+    /// `2 t + 1` and `2 t + 2`): `2**depth - 1` of them, fewer than `2 K`.
+    nodes: Vec<Node>,
+    /// The source of leaf `2**depth - 1 + l`, for every `l`.
+    leaves: Vec<usize>,
+}
+
+impl Tree {
+    fn new(before: &[u64]) -> Tree {
+        let num_sources = before.len() - 1;
+        let depth = num_sources.next_power_of_two().trailing_zeros();
+        let mut tree = Tree {
+            depth,
+            nodes: vec![Node::new(0, 0); (1 << depth) - 1],
+            leaves: vec![0; 1 << depth],
+        };
+        tree.fill(before, 0, num_sources, 0, 0);
+        tree
+    }
+
+    /// Fills the subtree of sources `[lo, hi)` rooted at node `at` of depth
+    /// `level`.
+    fn fill(&mut self, before: &[u64], lo: usize, hi: usize, at: usize, level: u32) {
+        if level == self.depth {
+            self.leaves[at + 1 - (1 << self.depth)] = lo;
+            return;
+        }
+        let q = before[hi] - before[lo];
+        if hi - lo == 1 {
+            self.nodes[at] = Node::new(q, q);
+            self.fill(before, lo, hi, 2 * at + 1, level + 1);
+            return;
+        }
+        let mid = lo + (hi - lo) / 2;
+        self.nodes[at] = Node::new(before[mid] - before[lo], q);
+        self.fill(before, lo, mid, 2 * at + 1, level + 1);
+        self.fill(before, mid, hi, 2 * at + 2, level + 1);
+    }
 }
 
 impl Interleave {
@@ -90,7 +213,8 @@ impl Interleave {
                 })?;
             before.push(total);
         }
-        Ok(Interleave { before })
+        let tree = Tree::new(&before);
+        Ok(Interleave { before, tree })
     }
 
     /// The number of sources.
@@ -133,19 +257,14 @@ impl Interleave {
     #[inline]
     pub fn locate(&self, mut i: u64) -> (usize, u64) {
         debug_assert!(i < self.len());
-        let (mut lo, mut hi) = (0, self.num_sources());
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            let q = self.before[hi] - self.before[lo];
-            let ql = self.before[mid] - self.before[lo];
-            let left = left_of(i, ql, q);
-            if left_of(i + 1, ql, q) > left {
-                (i, hi) = (left, mid);
-            } else {
-                (i, lo) = (i - left, mid);
-            }
+        let tree = &self.tree;
+        let mut node = 0;
+        for _ in 0..tree.depth {
+            let (left, goes_left) = tree.nodes[node].split(i);
+            i = if goes_left { left } else { i - left };
+            node = 2 * node + 2 - usize::from(goes_left);
         }
-        (lo, i)
+        (tree.leaves[node + 1 - tree.leaves.len()], i)
     }
 
     /// Source `k`'s positions among the first `prefix` (at most `len()`).
@@ -224,6 +343,59 @@ mod tests {
         let il = Interleave::new(&[3, 3]).unwrap();
         let order: Vec<usize> = (0..6).map(|i| il.locate(i).0).collect();
         assert_eq!(order, vec![0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn one_multiplication_decides_the_side_as_two_divisions_do() {
+        let mut cases = vec![
+            (0, 0, 1),
+            (0, 1, 1),
+            (5, 0, 7),
+            (6, 7, 7),
+            (u64::MAX / 3, 5, 9),
+        ];
+        for q in 1..40u64 {
+            for ql in 0..=q {
+                cases.extend((0..q).map(|i| (i, ql, q)));
+            }
+        }
+        let big = MAX_SAMPLES;
+        for (ql, q) in [
+            (big / 3, big),
+            (big - 1, big),
+            (1, big),
+            (big / 2, big / 2 + 1),
+        ] {
+            cases.extend([0, 1, q / 2, q - 2, q - 1].map(|i| (i, ql, q)));
+        }
+        // Quotients near the reciprocal's rounding, and 64-bit sums.
+        for q in [2, 3, 7, (1 << 32) + 1, (1 << 62) + 3, MAX_SAMPLES] {
+            let node = Node::new(1, q);
+            for x in [
+                0,
+                1,
+                q - 1,
+                q,
+                q + 1,
+                u64::MAX,
+                u64::MAX - 1,
+                u64::MAX / q * q - 1,
+            ] {
+                assert_eq!(node.div_rem(x), (x / q, x % q), "x {x}, q {q}");
+            }
+        }
+        let mut z = 1u64;
+        for _ in 0..100_000 {
+            z = z
+                .wrapping_mul(0x5851_F42D_4C95_7F2D)
+                .wrapping_add(1442695040888963407);
+            let (x, q) = (z ^ (z >> 17), (z >> (z % 63)).max(1));
+            assert_eq!(Node::new(0, q).div_rem(x), (x / q, x % q), "x {x}, q {q}");
+        }
+        for (i, ql, q) in cases {
+            let want = (left_of(i, ql, q), left_of(i + 1, ql, q) > left_of(i, ql, q));
+            assert_eq!(Node::new(ql, q).split(i), want, "i {i}, ql {ql}, q {q}");
+        }
     }
 
     #[test]
