@@ -136,12 +136,14 @@ impl Plan {
         let mut rest = values;
         while let Some(&first) = rest.first() {
             let step = first as u64 / g;
+            let start = step * g;
+            // The run of the step's positions (one subtraction a position,
+            // not a division).
             let run = rest
                 .iter()
-                .position(|&p| p as u64 / g != step)
+                .position(|&p| (p as u64).wrapping_sub(start) >= g)
                 .unwrap_or(rest.len());
             let (head, tail) = rest.split_at_mut(run);
-            let start = step * g;
             StepShuffle::of_plan_step(*seed, *plan_epoch, step, start, g.min(n - start))
                 .map_slice(head);
             rest = tail;

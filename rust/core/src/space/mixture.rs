@@ -460,20 +460,101 @@ impl MixtureEpoch {
     }
 
     /// [`MixtureEpoch::map_in_place`] on this thread, for checked values.
+    ///
+    /// Works on batches of [`MAP_BATCH`] positions: locates each, groups
+    /// the batch by source (and a source's elements by pass, when the batch
+    /// spans several of its passes), runs each group through its pass's
+    /// cipher in one vectorised call and its source's ids in one
+    /// [`Selection`] lookup, then puts the ids back in place. The same ids
+    /// as [`MixtureEpoch::get`] on each position; memory O(`MAP_BATCH` + K).
     pub(crate) fn map_slice(&self, values: &mut [i64]) {
-        // The pass each source used last: consecutive positions of a
-        // source mostly stay in one pass.
-        let mut passes: Vec<Option<(u64, Cipher)>> = vec![None; self.consumed.len()];
-        for v in values.iter_mut() {
+        let mut work = BatchBuffers::new(self.consumed.len(), values.len().min(MAP_BATCH));
+        for batch in values.chunks_mut(MAP_BATCH) {
+            self.map_batch(batch, &mut work);
+        }
+    }
+
+    fn map_batch(&self, batch: &mut [i64], work: &mut BatchBuffers) {
+        // Each position's source, and its element of the source's sequence
+        // (a u64 kept in the i64 slot).
+        work.keys.clear();
+        for v in batch.iter_mut() {
             let (k, i) = self.interleave.locate(*v as u64);
-            let s = self.consumed[k] + i;
+            *v = (self.consumed[k] + i) as i64;
+            work.keys.push(k);
+        }
+        let num_sources = self.consumed.len();
+        counting_order(&work.keys, num_sources, &mut work.starts, &mut work.order);
+        work.group.clear();
+        work.group
+            .extend(work.order.iter().map(|&slot| batch[slot]));
+        let BatchBuffers {
+            starts,
+            group,
+            pass_keys,
+            pass_starts,
+            pass_order,
+            scratch,
+            ..
+        } = work;
+        for k in 0..num_sources {
+            let elements = &mut group[starts[k]..starts[k + 1]];
+            if elements.is_empty() {
+                continue;
+            }
             let n = self.mixture.source_len(k);
-            let (p, u) = (s / n, s % n);
-            let cipher = match &passes[k] {
-                Some((q, c)) if *q == p => c,
-                _ => &passes[k].insert((p, self.mixture.pass(k, p))).1,
-            };
-            *v = self.mixture.source_id(k, cipher.apply(u)) as i64;
+            let first_pass = elements.iter().map(|&s| s as u64).min().unwrap_or(0) / n;
+            let last_pass = elements.iter().map(|&s| s as u64).max().unwrap_or(0) / n;
+            if first_pass == last_pass {
+                self.apply_pass(k, first_pass, elements);
+            } else if last_pass - first_pass < elements.len() as u64 {
+                // Several passes: by pass, each run through its cipher.
+                pass_keys.clear();
+                pass_keys.extend(
+                    elements
+                        .iter()
+                        .map(|&s| (s as u64 / n - first_pass) as usize),
+                );
+                let num_passes = (last_pass - first_pass + 1) as usize;
+                counting_order(pass_keys, num_passes, pass_starts, pass_order);
+                scratch.clear();
+                scratch.extend(pass_order.iter().map(|&t| elements[t]));
+                for (d, run) in pass_starts.windows(2).enumerate() {
+                    self.apply_pass(k, first_pass + d as u64, &mut scratch[run[0]..run[1]]);
+                }
+                for (&t, &id) in pass_order.iter().zip(scratch.iter()) {
+                    elements[t] = id;
+                }
+            } else {
+                // More passes than elements: one cipher for each element.
+                for e in elements.iter_mut() {
+                    *e = self.mixture.sequence_id_at(k, *e as u64) as i64;
+                }
+            }
+        }
+        for (&slot, &id) in work.order.iter().zip(work.group.iter()) {
+            batch[slot] = id;
+        }
+    }
+
+    /// Replaces elements `elements` of source `k`'s sequence, all in pass
+    /// `p`, by their ids.
+    fn apply_pass(&self, k: usize, p: u64, elements: &mut [i64]) {
+        if elements.is_empty() {
+            return;
+        }
+        let n = self.mixture.source_len(k);
+        let base = p * n;
+        elements
+            .iter_mut()
+            .for_each(|e| *e = (*e as u64 - base) as i64);
+        self.mixture.pass(k, p).apply_in_place(elements);
+        match &*self.mixture.sources {
+            Sources::Sizes { offsets, .. } => {
+                let offset = offsets[k] as i64;
+                elements.iter_mut().for_each(|e| *e += offset);
+            }
+            Sources::Selections(s) => s[k].map_slice(elements),
         }
     }
 
@@ -486,6 +567,73 @@ impl MixtureEpoch {
             *o = self.interleave.locate(j as u64).0 as i64;
         }
         Ok(())
+    }
+}
+
+/// Positions per batch of [`MixtureEpoch::map_slice`].
+const MAP_BATCH: usize = 8192;
+
+/// The buffers of [`MixtureEpoch::map_slice`], reused from batch to batch.
+struct BatchBuffers {
+    /// Each position's source.
+    keys: Vec<usize>,
+    /// Where each source's run starts in `order` (K + 1 entries).
+    starts: Vec<usize>,
+    /// The batch's slots, grouped by source.
+    order: Vec<usize>,
+    /// The sequence elements (then ids) of `order`'s slots.
+    group: Vec<i64>,
+    /// The same three for one source's elements grouped by pass.
+    pass_keys: Vec<usize>,
+    pass_starts: Vec<usize>,
+    pass_order: Vec<usize>,
+    scratch: Vec<i64>,
+}
+
+impl BatchBuffers {
+    fn new(num_sources: usize, batch: usize) -> BatchBuffers {
+        BatchBuffers {
+            keys: Vec::with_capacity(batch),
+            starts: Vec::with_capacity(num_sources + 1),
+            order: Vec::with_capacity(batch),
+            group: Vec::with_capacity(batch),
+            pass_keys: Vec::new(),
+            pass_starts: Vec::new(),
+            pass_order: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+/// A stable counting sort of `0..keys.len()` by key (each below
+/// `num_keys`): `order` gets the indices, key by key, and
+/// `starts[d]..starts[d + 1]` is key `d`'s run.
+fn counting_order(
+    keys: &[usize],
+    num_keys: usize,
+    starts: &mut Vec<usize>,
+    order: &mut Vec<usize>,
+) {
+    starts.clear();
+    starts.resize(num_keys + 1, 0);
+    for &d in keys {
+        starts[d + 1] += 1;
+    }
+    for d in 0..num_keys {
+        starts[d + 1] += starts[d];
+    }
+    order.clear();
+    order.resize(keys.len(), 0);
+    // `starts[d]` walks along key d's run, then is put back.
+    for (i, &d) in keys.iter().enumerate() {
+        order[starts[d]] = i;
+        starts[d] += 1;
+    }
+    for d in (1..=num_keys).rev() {
+        starts[d] = starts[d - 1];
+    }
+    if let Some(first) = starts.first_mut() {
+        *first = 0;
     }
 }
 
@@ -632,6 +780,75 @@ mod tests {
         );
         assert!(mix.epoch(&[1, 0], &[0, 0, 0]).is_err());
         assert!(matches!(epoch.get(11), Err(Error::Index(_))));
+    }
+
+    /// Checks `map_slice` on every position, then on scattered positions,
+    /// against `get` one position at a time.
+    fn check_batched_against_get(epoch: &MixtureEpoch, what: &str) {
+        let len = epoch.len();
+        let mut js: Vec<i64> = (0..len as i64).collect();
+        // Scattered positions, as a plan's step shuffle leaves them.
+        js.extend((0..3 * MAP_BATCH as u64 + 17).map(|i| {
+            let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            ((x ^ (x >> 29)) % len) as i64
+        }));
+        let mut got = js.clone();
+        epoch.map_slice(&mut got);
+        for (&j, &id) in js.iter().zip(&got) {
+            assert_eq!(
+                epoch.get(j as u64).unwrap() as i64,
+                id,
+                "{what}, position {j}"
+            );
+        }
+    }
+
+    #[test]
+    fn batched_lookups_agree_with_one_position_at_a_time() {
+        let cases: [(&[u64], &[u64], &[u64]); 7] = [
+            // One pass per source per batch; several passes; more passes
+            // than elements (a source of one or two samples repeated).
+            (
+                &[60_000, 30_000, 10_000],
+                &[50_000, 30_000, 10_000],
+                &[0, 0, 0],
+            ),
+            (&[700, 5, 30_000], &[9_000, 20_000, 3_000], &[0, 3, 29_999]),
+            (&[1, 2, 50_000], &[20_000, 20_000, 1], &[0, 1, 7]),
+            (&[3, 0, 5], &[6, 0, 5], &[0, 0, 0]),
+            (&[40_000], &[100_000], &[39_990]),
+            (
+                &[10, 20, 30, 40, 50, 60, 70],
+                &[1, 0, 900, 2, 0, 5_000, 13],
+                &[5, 0, 1, 2, 3, 4, 69],
+            ),
+            // Sources and ids beyond 2**32.
+            (
+                &[1 << 40, 1 << 41],
+                &[9_000, 11_000],
+                &[(1 << 40) - 4_000, 7],
+            ),
+        ];
+        for (sizes, quotas, consumed) in cases {
+            let mix = Mixture::from_sizes(sizes, 11).unwrap();
+            let epoch = mix.epoch(quotas, consumed).unwrap();
+            check_batched_against_get(&epoch, &format!("sizes {sizes:?}"));
+        }
+        // Selections (a mask, ranges, a random split part) as sources.
+        let n = 50_000;
+        let mask: Vec<bool> = (0..n).map(|i| i % 7 == 2 || i % 11 == 0).collect();
+        let sources = vec![
+            Selection::from_mask(&mask).unwrap(),
+            Selection::from_ranges(&[(5, 900), (20_000, 26_000)], n as u64).unwrap(),
+            crate::space::random_split(n as u64, &[30_000, 20_000], 3)
+                .unwrap()
+                .remove(1),
+        ];
+        let mix = Mixture::from_selections(sources, 5).unwrap();
+        let epoch = mix
+            .epoch(&[12_000, 30_000, 9_000], &[100, 0, 19_999])
+            .unwrap();
+        check_batched_against_get(&epoch, "selections");
     }
 
     #[test]
