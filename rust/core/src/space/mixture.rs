@@ -484,10 +484,14 @@ impl MixtureEpoch {
             work.keys.push(k);
         }
         let num_sources = self.consumed.len();
-        counting_order(&work.keys, num_sources, &mut work.starts, &mut work.order);
-        work.group.clear();
-        work.group
-            .extend(work.order.iter().map(|&slot| batch[slot]));
+        counting_order(
+            &work.keys,
+            batch,
+            num_sources,
+            &mut work.starts,
+            &mut work.order,
+            &mut work.group,
+        );
         let BatchBuffers {
             starts,
             group,
@@ -516,9 +520,14 @@ impl MixtureEpoch {
                         .map(|&s| (s as u64 / n - first_pass) as usize),
                 );
                 let num_passes = (last_pass - first_pass + 1) as usize;
-                counting_order(pass_keys, num_passes, pass_starts, pass_order);
-                scratch.clear();
-                scratch.extend(pass_order.iter().map(|&t| elements[t]));
+                counting_order(
+                    pass_keys,
+                    elements,
+                    num_passes,
+                    pass_starts,
+                    pass_order,
+                    scratch,
+                );
                 for (d, run) in pass_starts.windows(2).enumerate() {
                     self.apply_pass(k, first_pass + d as u64, &mut scratch[run[0]..run[1]]);
                 }
@@ -606,13 +615,15 @@ impl BatchBuffers {
 }
 
 /// A stable counting sort of `0..keys.len()` by key (each below
-/// `num_keys`): `order` gets the indices, key by key, and
-/// `starts[d]..starts[d + 1]` is key `d`'s run.
+/// `num_keys`): `order` gets the indices, key by key, `sorted` the `values`
+/// at them, and `starts[d]..starts[d + 1]` is key `d`'s run.
 fn counting_order(
     keys: &[usize],
+    values: &[i64],
     num_keys: usize,
     starts: &mut Vec<usize>,
     order: &mut Vec<usize>,
+    sorted: &mut Vec<i64>,
 ) {
     starts.clear();
     starts.resize(num_keys + 1, 0);
@@ -624,9 +635,12 @@ fn counting_order(
     }
     order.clear();
     order.resize(keys.len(), 0);
+    sorted.clear();
+    sorted.resize(keys.len(), 0);
     // `starts[d]` walks along key d's run, then is put back.
-    for (i, &d) in keys.iter().enumerate() {
+    for (i, (&d, &v)) in keys.iter().zip(values).enumerate() {
         order[starts[d]] = i;
+        sorted[starts[d]] = v;
         starts[d] += 1;
     }
     for d in (1..=num_keys).rev() {
