@@ -614,9 +614,17 @@ impl BatchBuffers {
     }
 }
 
-/// A stable counting sort of `0..keys.len()` by key (each below
-/// `num_keys`): `order` gets the indices, key by key, `sorted` the `values`
-/// at them, and `starts[d]..starts[d + 1]` is key `d`'s run.
+/// Keys up to which [`counting_order`] compacts once per key instead of
+/// counting.
+const COMPACT_KEYS: usize = 8;
+
+/// A stable sort of `0..keys.len()` by key (each below `num_keys`): `order`
+/// gets the indices, key by key, `sorted` the `values` at them, and
+/// `starts[d]..starts[d + 1]` is key `d`'s run.
+///
+/// For a few keys, one pass a key keeps that key's elements without a
+/// branch (a counting sort's counters, in memory, would chain consecutive
+/// equal keys through store-to-load forwarding); for more, a counting sort.
 fn counting_order(
     keys: &[usize],
     values: &[i64],
@@ -625,6 +633,28 @@ fn counting_order(
     order: &mut Vec<usize>,
     sorted: &mut Vec<i64>,
 ) {
+    if num_keys <= COMPACT_KEYS {
+        let len = keys.len();
+        starts.clear();
+        starts.push(0);
+        // One slot more: each step writes at `at`, then keeps it or not.
+        order.clear();
+        order.resize(len + 1, 0);
+        sorted.clear();
+        sorted.resize(len + 1, 0);
+        let mut at = 0;
+        for d in 0..num_keys {
+            for (i, (&key, &v)) in keys.iter().zip(values).enumerate() {
+                order[at] = i;
+                sorted[at] = v;
+                at += usize::from(key == d);
+            }
+            starts.push(at);
+        }
+        order.truncate(len);
+        sorted.truncate(len);
+        return;
+    }
     starts.clear();
     starts.resize(num_keys + 1, 0);
     for &d in keys {
@@ -819,7 +849,7 @@ mod tests {
 
     #[test]
     fn batched_lookups_agree_with_one_position_at_a_time() {
-        let cases: [(&[u64], &[u64], &[u64]); 7] = [
+        let cases: [(&[u64], &[u64], &[u64]); 8] = [
             // One pass per source per batch; several passes; more passes
             // than elements (a source of one or two samples repeated).
             (
@@ -835,6 +865,12 @@ mod tests {
                 &[10, 20, 30, 40, 50, 60, 70],
                 &[1, 0, 900, 2, 0, 5_000, 13],
                 &[5, 0, 1, 2, 3, 4, 69],
+            ),
+            // More sources than are grouped by compaction.
+            (
+                &[9, 100, 3_000, 7, 1, 50, 2_000, 640, 33, 5_000],
+                &[90, 0, 3_000, 700, 5, 50, 1_999, 6_400, 1, 4_321],
+                &[0, 0, 1, 2, 0, 49, 1_000, 3, 0, 4_999],
             ),
             // Sources and ids beyond 2**32.
             (
