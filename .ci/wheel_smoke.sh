@@ -58,17 +58,20 @@ fi
 
 phase "fresh virtual environment: pip install the wheel with the torch extra"
 python3 -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install -q "$wheel" pytest
 # torch (~3 GB, which PyPI serves without caching headers, so pip's cache
 # never keeps it) comes from the calling environment when it has it: a .pth
 # file puts that environment's site-packages after the venv's own, so the
-# wheel's epochplan is the one imported, and pip counts torch as installed
-# when it resolves the extra. Without such an environment, pip downloads it.
+# wheel's epochplan (installed above, first on the path) is the one
+# imported, and pip counts torch as installed when it resolves the extra
+# (it may warn about that environment's other packages). Without such an
+# environment, pip downloads torch.
 site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 if outer=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null); then
   echo "torch from $outer"
   echo "$outer" >"$site/zz-outer-torch.pth"
 fi
-"$work/venv/bin/python" -m pip install -q "$wheel[torch]" pytest
+"$work/venv/bin/python" -m pip install -q "$wheel[torch]"
 
 # Commands in that environment, from outside the checkout, with no Rust
 # toolchain reachable.
