@@ -1,7 +1,7 @@
-"""Fuzzing the index spaces and the plans over them: every call either
+"""Fuzzing plans over index spaces and token plans: every call either
 returns or raises TypeError, ValueError, OverflowError or IndexError (never a
 panic or a crash), and the valid half of the examples reaches past every
-check."""
+check. (The spaces' own constructors are fuzzed in test_errors.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_errors import ALLOWED, VALUES
 
 import epochplan as ep
 
-MAKERS = ["from_ranges", "from_mask", "from_indices", "random_split", "Mixture", "plan"]
+TARGETS = ["space plan", "token plan", "token call"]
 
 
 def small_space(data: st.DataObject) -> Any:
@@ -38,7 +38,7 @@ def small_space(data: st.DataObject) -> Any:
     return ep.Mixture(sizes, quotas=quotas, seed=data.draw(st.integers(0, 3)))
 
 
-def test_fuzz_spaces_and_plans_over_them() -> None:
+def test_fuzz_plans_over_spaces_and_token_plans() -> None:
     returned: Counter[str] = Counter()
 
     @settings(
@@ -48,11 +48,11 @@ def test_fuzz_spaces_and_plans_over_them() -> None:
     )
     @given(data=st.data())
     def fuzz(data: st.DataObject) -> None:
-        target = data.draw(st.sampled_from(MAKERS))
+        target = data.draw(st.sampled_from(TARGETS))
         valid = data.draw(st.booleans())
         draw = data.draw
         try:
-            if target == "plan":
+            if target == "space plan":
                 space = small_space(data) if valid else draw(st.one_of(VALUES, st.just(None)))
                 g = draw(st.integers(1, 9)) if valid else draw(VALUES)
                 extra: dict[str, Any] = {}
@@ -81,34 +81,40 @@ def test_fuzz_spaces_and_plans_over_them() -> None:
                         state["space"] = draw(st.one_of(VALUES, st.just({"kind": 1})))
                     mixture = getattr(other, "mixture", None)
                     ep.EpochPlan.from_state_dict(state, space=mixture or other)
-            elif target == "from_ranges":
-                n = draw(st.integers(0, 100)) if valid else draw(VALUES)
-                ranges = draw(st.lists(st.tuples(st.integers(-2, 102), st.integers(-2, 102))))
-                ep.Selection.from_ranges(ranges if valid else draw(VALUES), n)
-            elif target == "from_mask":
-                ep.Selection.from_mask(
-                    np.array(draw(st.lists(st.booleans(), max_size=50))) if valid else draw(VALUES)
-                )
-            elif target == "from_indices":
-                ids = draw(st.lists(st.integers(-3, 60), max_size=20)) if valid else draw(VALUES)
-                ep.Selection.from_indices(ids, draw(st.integers(0, 60)) if valid else draw(VALUES))
-            elif target == "random_split":
-                if valid:
-                    parts = draw(st.lists(st.integers(0, 10**11), min_size=1, max_size=4))
-                    n = sum(parts)
-                else:
-                    parts, n = draw(VALUES), draw(VALUES)
-                ep.random_split(n, parts, seed=draw(st.integers(0, 5)))
+            elif target == "token plan":
+                n = draw(st.integers(0, 40))
+                good = np.asarray(draw(st.lists(st.integers(0, 60), min_size=n, max_size=n)))
+                lengths = good.astype(np.int32) if valid else draw(st.one_of(VALUES, st.just(good)))
+                kwargs: dict[str, Any] = {"lengths": lengths}
+                for key, bad in (
+                    ("loss_tokens", VALUES),
+                    ("cost", st.one_of(VALUES, st.tuples(VALUES, VALUES))),
+                    ("loss_normalization", VALUES),
+                ):
+                    if not valid and draw(st.booleans()):
+                        kwargs[key] = draw(bad)
+                ep.EpochPlan(n, draw(st.integers(1, 8)), **kwargs)
             else:
-                sizes = draw(st.lists(st.integers(0, 30), max_size=4)) if valid else draw(VALUES)
-                rule = draw(st.sampled_from(["weights", "repeat", "quotas", None]))
-                kwargs = {} if rule is None else {rule: draw(VALUES)}
-                if valid and rule == "quotas":
-                    kwargs = {rule: draw(st.lists(st.integers(0, 40), max_size=4))}
-                ep.Mixture(sizes, **kwargs)
+                n = draw(st.integers(1, 40))
+                lengths = np.asarray(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+                plan = ep.EpochPlan(n, draw(st.integers(1, 8)), lengths=lengths)
+                w = draw(st.integers(1, 4))
+                caps = {
+                    "micro_batch_size": draw(st.one_of(st.none(), st.integers(1, 4))),
+                    "max_tokens": draw(st.one_of(st.none(), st.integers(1, 80))),
+                }
+                if not valid:
+                    caps = {k: draw(st.one_of(VALUES, st.none())) for k in caps}
+                step = draw(st.integers(0, max(plan.num_steps - 1, 0)))
+                b, cap = caps["micro_batch_size"], caps["max_tokens"]
+                if plan.num_steps:
+                    plan.step_micro_batches(step, draw(st.integers(0, w - 1)), w, b, max_tokens=cap)
+                state = plan.state_dict()
+                other = lengths if valid else np.asarray(draw(st.lists(st.integers(0, 30))))
+                ep.EpochPlan.from_state_dict(state, lengths=other)
             returned[target] += 1
         except ALLOWED:
             pass
 
     fuzz()
-    assert all(returned[t] for t in MAKERS), returned
+    assert all(returned[t] for t in TARGETS), returned
