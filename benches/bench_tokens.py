@@ -80,6 +80,8 @@ from typing import Any
 
 import numpy as np
 
+from epochplan._system import available_memory
+
 GIB = 1 << 30
 MIB = 1 << 20
 VERL_PIN = "verl==0.9.1"
@@ -114,14 +116,6 @@ def sample_lengths(dist: str, n: int, max_len: int, seed: int) -> np.ndarray[Any
 def loadavg() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
-
-
-def mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def rss_bytes() -> int:
@@ -453,8 +447,8 @@ def write_lengths(path: Path, n: int, max_len: int) -> str | None:
     free = shutil.disk_usage(path.parent).free
     if free < need + GIB:
         return f"the file needs {need / GIB:.1f} GiB, {free / GIB:.1f} GiB free under {path.parent}"
-    if mem_available() < 2 * GIB:
-        return f"{mem_available() / GIB:.1f} GiB of memory available"
+    if (available_memory() or 0) < 2 * GIB:
+        return f"{(available_memory() or 0) / GIB:.1f} GiB of memory available"
     start = time.perf_counter()
     with open(path, "wb") as f:
         for offset in range(0, n, 10**7):
