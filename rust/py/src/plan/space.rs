@@ -8,7 +8,7 @@ use epochplan_core::space::Space;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What was given as a plan's space.
 #[derive(Debug)]
@@ -69,6 +69,9 @@ pub(crate) struct PlanSpace {
     pub(crate) space: Space,
     /// The `Selection` or `MixtureEpoch` (None for `0..N`).
     pub(crate) object: Option<Py<PyAny>>,
+    /// A mixture's digest, computed when a state first needs it (its
+    /// selections' digests are O(ids)); a selection caches its own.
+    mixture_digest: OnceLock<String>,
 }
 
 impl PlanSpace {
@@ -85,12 +88,14 @@ impl PlanSpace {
             Given::Range(_) => PlanSpace {
                 space: Space::Range,
                 object: None,
+                mixture_digest: OnceLock::new(),
             },
             Given::Selection(sel) => {
                 let core = Arc::clone(sel.get().core());
                 PlanSpace {
                     space: Space::Selection(core),
                     object: Some(sel.clone_ref(py).into_any()),
+                    mixture_digest: OnceLock::new(),
                 }
             }
             Given::Mixture {
@@ -113,6 +118,7 @@ impl PlanSpace {
                         plan_epoch: epoch,
                     },
                     object: Some(object.into_any()),
+                    mixture_digest: OnceLock::new(),
                 }
             }
         })
@@ -132,9 +138,11 @@ impl PlanSpace {
                 d.set_item("digest", sel.get().digest(py))?;
             }
             Space::Mixture { epoch, .. } => {
-                let epoch = Arc::clone(epoch);
+                let digest = self
+                    .mixture_digest
+                    .get_or_init(|| py.detach(|| epoch.digest()));
                 d.set_item("kind", "mixture")?;
-                d.set_item("digest", py.detach(|| epoch.digest()))?;
+                d.set_item("digest", digest)?;
                 d.set_item("consumed", epoch.consumed().to_vec())?;
             }
             Space::Range => return Ok(None),
