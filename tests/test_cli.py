@@ -232,7 +232,9 @@ def test_bench_writes_a_table_and_a_plot(tmp_path: Path) -> None:
         assert name in table
     rows = [line for line in table.splitlines() if line.startswith("| full permutation")]
     assert len(rows) == 8  # 4 implementations x 2 sizes
-    assert any(re.search(r"\| \d+\.\dx vs \S", r) for r in rows)  # a speed-up, its peer named
+    # A speed-up, its peer named, and its range over the runs; each median's range.
+    assert any(re.search(r"\| \d+\.\dx vs \S+ \(\d+\.\d to \d+\.\d\) \|", r) for r in rows)
+    assert all(re.search(r"\| \d+\.\d{4} \| \d+\.\d{4} to \d+\.\d{4} \|", r) for r in rows)
     # matplotlib is in the test extra: the plot is always drawn here.
     assert png.read_bytes()[:4] == b"\x89PNG"
 

@@ -62,6 +62,22 @@ def _peak_since():
         return rss, rss()
 n = {n}
 {setup}
+import sys
+if "epochplan" in sys.modules:
+    # epochplan loads its names on first use: load them now, before the
+    # clock starts, as the peers' imports are.
+    for _name in sys.modules["epochplan"].__all__:
+        getattr(sys.modules["epochplan"], _name)
+import os
+if os.access("/proc/self/clear_refs", os.W_OK):
+    # As much memory as the call may take (at most 4 GiB), touched and freed
+    # before the clock starts, so that the call's fresh pages are pages the
+    # host backs now (a virtual machine may hand memory left free for a few
+    # seconds back to its host, and its next first touch then costs several
+    # times more); only where the peak can be reset after it.
+    import numpy
+    _warm = numpy.ones({warm_bytes} // 8, dtype=numpy.int64)
+    del _warm
 gc.collect()
 _peak, _base = _peak_since()
 _t = time.perf_counter()
@@ -304,7 +320,10 @@ def _importable(spec: str) -> str:
 
 def run_case(case: Case, n: int, timeout: float) -> dict[str, Any]:
     """Runs one case once in a fresh subprocess; returns its JSON line."""
-    code = _TEMPLATE.format(imports=case.imports, n=n, setup=case.setup, call=case.call)
+    warm_bytes = int(min(max(64 << 20, case.bytes_per_sample * n), 4 << 30))
+    code = _TEMPLATE.format(
+        imports=case.imports, n=n, setup=case.setup, call=case.call, warm_bytes=warm_bytes
+    )
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
@@ -379,11 +398,13 @@ def size_text(n: int) -> str:
 
 def table(results: list[Result], repeats: int) -> str:
     """The Markdown table of the results (a case skipped at every size for
-    the same reason is one row)."""
+    the same reason is one row). Beside each median, the range of the runs;
+    beside a speed-up, its range from the peer's fastest run over our
+    slowest to the peer's slowest over our fastest."""
     lines = [
-        f"| operation | implementation | N | median time (s, {repeats} runs) "
-        "| speed-up vs the fastest peer | peak memory (MB) |",
-        "|---|---|---:|---:|---:|---:|",
+        f"| operation | implementation | N | median time (s, {repeats} runs) | range (s) "
+        "| speed-up vs the fastest peer (range) | peak memory (MB) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     done: set[tuple[str, str]] = set()
     for res in results:
@@ -394,19 +415,24 @@ def table(results: list[Result], repeats: int) -> str:
         if len({r.skip for r in same}) == 1 and res.skip:
             if (res.case.group, res.case.name) not in done:
                 done.add((res.case.group, res.case.name))
-                lines.append(f"| {res.case.group} | {name} | all | skipped: {res.skip} | | |")
+                lines.append(f"| {res.case.group} | {name} | all | skipped: {res.skip} | | | |")
             continue
         if res.skip:
             row = f"| {res.case.group} | {name} | {size_text(res.n)}"
-            lines.append(f"{row} | skipped: {res.skip} | | |")
+            lines.append(f"{row} | skipped: {res.skip} | | | |")
             continue
         ref = _reference(results, res)
         ratio = ""
         if ref is not None and res.case.ours:
-            ratio = f"{ref.median / res.median:.1f}x vs {ref.case.name.split()[0]}"
+            low, high = min(ref.seconds) / max(res.seconds), max(ref.seconds) / min(res.seconds)
+            ratio = (
+                f"{ref.median / res.median:.1f}x vs {ref.case.name.split()[0]} "
+                f"({low:.1f} to {high:.1f})"
+            )
+        spread = f"{min(res.seconds):.4f} to {max(res.seconds):.4f}"
         lines.append(
-            f"| {res.case.group} | {name} | {size_text(res.n)} | {res.median:.4f} | {ratio} "
-            f"| {res.peak / 1e6:.0f} |"
+            f"| {res.case.group} | {name} | {size_text(res.n)} | {res.median:.4f} | {spread} "
+            f"| {ratio} | {res.peak / 1e6:.0f} |"
         )
     return "\n".join(lines) + "\n"
 
