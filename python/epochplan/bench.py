@@ -44,7 +44,7 @@ for _name, _dir in (("streaming", _root), ("streaming.base", _root / "base")):
 """
 
 _TEMPLATE = """
-import gc, json, resource, time
+import gc, json, os, resource, sys, time
 {imports}
 def _status(field):
     with open("/proc/self/status") as f:
@@ -62,13 +62,11 @@ def _peak_since():
         return rss, rss()
 n = {n}
 {setup}
-import sys
 if "epochplan" in sys.modules:
     # epochplan loads its names on first use: load them now, before the
     # clock starts, as the peers' imports are.
     for _name in sys.modules["epochplan"].__all__:
         getattr(sys.modules["epochplan"], _name)
-import os
 if os.access("/proc/self/clear_refs", os.W_OK):
     # As much memory as the call may take (at most 4 GiB), touched and freed
     # before the clock starts, so that the call's fresh pages are pages the

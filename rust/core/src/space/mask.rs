@@ -132,12 +132,20 @@ impl Words {
 
     /// A copy of `words` starting on a cache line.
     fn copied(words: &[u64]) -> Result<Words> {
-        let len = words.len();
-        let mut buf = words_with_capacity(len)?;
+        Ok(Words::copied_into(words_with_capacity(words.len())?, words))
+    }
+
+    /// `words` copied into the empty `buf`, which has room for them and
+    /// `BLOCK_WORDS - 1` more, from its first cache line on.
+    fn copied_into(mut buf: Vec<u64>, words: &[u64]) -> Words {
         let start = words_to_line(&buf);
         buf.resize(start, 0);
         buf.extend_from_slice(words);
-        Ok(Words { buf, start, len })
+        Words {
+            buf,
+            start,
+            len: words.len(),
+        }
     }
 }
 
@@ -158,15 +166,7 @@ impl std::ops::Deref for Words {
 impl Clone for Words {
     fn clone(&self) -> Words {
         // Like any clone, an allocation failure here aborts.
-        let mut buf = Vec::with_capacity(self.len + BLOCK_WORDS - 1);
-        let start = words_to_line(&buf);
-        buf.resize(start, 0);
-        buf.extend_from_slice(self);
-        Words {
-            buf,
-            start,
-            len: self.len,
-        }
+        Words::copied_into(Vec::with_capacity(self.len + BLOCK_WORDS - 1), self)
     }
 }
 
