@@ -1,7 +1,7 @@
 """Fuzzing plans over index spaces and token plans: every call either
 returns or raises TypeError, ValueError, OverflowError or IndexError (never a
 panic or a crash), and the valid half of the examples reaches past every
-check. (The spaces' own constructors are fuzzed in test_errors.py.)"""
+check. (The spaces' own constructors are fuzzed in test_fuzz.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_errors import ALLOWED, VALUES
+from test_fuzz import ALLOWED, VALUES
 
 import epochplan as ep
 
