@@ -13,16 +13,23 @@ samples. The peer is what torch users write for a distributed run over part
 of a store: ``DistributedSampler(Subset(range(N), ids), num_replicas=W,
 rank=0)`` iterated fully, each index mapped through the subset's ids
 (``SubsetRandomSampler`` has no distributed form); the ids are an int64
-numpy array, the lightest form torch accepts.
+numpy array, the lightest form torch accepts. Streaming's way to mix sources is the
+epoch of a ``StreamingDataset`` over three streams with ``choose`` set to
+the quotas, in its defaults (``random`` batching, balanced sampling, py1e,
+the relaxed partition, one canonical node; shards of 10,000 samples):
+``generate_work_random_batching``, which resamples the streams, partitions
+and shuffles the whole epoch on every node, then rank 0's part of it (its
+files are loaded by path, as the tests load them).
 
 Every case runs in fresh processes (``--repeats`` of them; the median is
 reported), each taking the best of ``--calls`` calls after the space is
-built.
+built; the peers, which take seconds, make one call a process.
 Memory is the growth of the process's peak RSS during the calls beyond the
 output itself (the space is built before). At 10^9 only ranges and random
 split parts and the mixture (of sizes) run: the other spaces need O(N)
-arrays to be built, and torch's sampler a list of N Python ints (a skip line
-says so). Prints a Markdown table.
+arrays to be built, torch's sampler a list of N Python ints and Streaming's
+epoch several int64 arrays of N (a skip line says so). Prints a Markdown
+table.
 """
 
 from __future__ import annotations
@@ -31,7 +38,11 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+# Streaming's files are loaded by path, as the tests load them.
+TESTS = str(Path(__file__).resolve().parent.parent / "tests")
 
 CASE = """
 import json, resource, time
@@ -59,14 +70,37 @@ elif kind == "mixture":
     quotas = [5 * n // 10, 3 * n // 10, n - 9 * n // 10]
     space = ep.Mixture(sizes, quotas=quotas, seed=1)
     sel = sum(quotas)
+elif kind == "streaming":
+    import math, sys, types
+    sys.path.insert(0, {tests!r})
+    from streaming_ref import load_mixing
+    generate_work, resample_streams = load_mixing()
+    sizes = [6 * n // 10, 3 * n // 10, n - 9 * n // 10]
+    quotas = [5 * n // 10, 3 * n // 10, n - 9 * n // 10]
+    sel = sum(quotas)
+    # Streaming's defaults (py1e, relaxed partition, random batching, canonical
+    # nodes = physical nodes) on one node of w ranks; shards of 10,000 samples.
+    shard = math.gcd(10_000, *sizes)
+    shards = np.array([s // shard for s in sizes], np.int64)
+    ds = types.SimpleNamespace(
+        num_streams=3, streams=[types.SimpleNamespace(choose=q) for q in quotas],
+        shards_per_stream=shards, shard_offset_per_stream=np.cumsum(shards) - shards,
+        samples_per_shard=np.full(int(shards.sum()), shard, np.int64),
+        sampling_method="balanced", sampling_granularity=1, epoch_seed_change=True,
+        shuffle=True, shuffle_seed=1, shuffle_algo="py1e", shuffle_block_size=4_000_000,
+        partition_algo="relaxed", num_canonical_nodes=1, initial_physical_nodes=None,
+        batch_size=g // w, epoch_size=sel)
+    ds.sample_offset_per_shard = np.cumsum(ds.samples_per_shard) - ds.samples_per_shard
+    ds.resample_streams = lambda epoch: resample_streams(ds, epoch)
+    world = types.SimpleNamespace(num_nodes=1, ranks_per_node=w, workers_per_rank=1)
 if kind == "plain":
     plan = ep.EpochPlan(sel, g, seed=1)
-elif kind != "torch":
-    plan = ep.EpochPlan(space, g, seed=1)
-else:
+elif kind == "torch":
     import torch.utils.data as tud
     ids = np.flatnonzero(np.arange(n) % 10 != 3).astype(np.int64)
     sel = len(ids)
+elif kind != "streaming":
+    plan = ep.EpochPlan(space, g, seed=1)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 best, out = float("inf"), None
 for _ in range(calls):
@@ -76,6 +110,10 @@ for _ in range(calls):
         subset = tud.Subset(range(n), ids)
         sampler = tud.DistributedSampler(subset, num_replicas=w, rank=0, shuffle=True, seed=1)
         out = [subset.indices[i] for i in sampler]
+    elif kind == "streaming":
+        # Every node builds the whole epoch; rank 0 keeps its part.
+        out = generate_work(ds, world, 0, 0)[0, 0].ravel()
+        out = out[out != -1]
     else:
         out = plan.rank_indices(0, w)
     best = min(best, time.perf_counter() - t)
@@ -85,13 +123,15 @@ print(json.dumps({{"seconds": best, "len": len(out), "selected": sel, "output_mb
                   "extra_mb": (peak - base) / 1024 - output_mb}}))
 """
 
-SPACES = ["plain", "ranges", "mask", "indices", "split", "mixture", "torch"]
+SPACES = ["plain", "ranges", "mask", "indices", "split", "mixture", "torch", "streaming"]
+PEERS = {"torch", "streaming"}
 # Spaces that need no O(N) array to be built.
 LARGE_OK = {"plain", "ranges", "split", "mixture"}
 
 
 def run(kind: str, n: int, g: int, w: int, calls: int) -> dict[str, float]:
-    code = CASE.format(kind=kind, n=n, g=g, w=w, calls=calls)
+    calls = 1 if kind in PEERS else calls
+    code = CASE.format(kind=kind, n=n, g=g, w=w, calls=calls, tests=TESTS)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -151,8 +191,9 @@ def main() -> None:
                 plain = r
             else:
                 assert plain is not None
-                # torch pads every rank to ceil(n / W); a plan deals steps.
-                slack = g if kind == "torch" else 0
+                # torch pads every rank to ceil(n / W) and Streaming's partition
+                # rounds to its batches; a plan deals steps.
+                slack = g if kind in PEERS else 0
                 assert abs(r["len"] - plain["len"]) <= slack, (kind, r["len"], plain["len"])
                 r["ratio"] = r["seconds"] / plain["seconds"]
             r.update(n=n, space=kind)
@@ -161,7 +202,8 @@ def main() -> None:
         if skipped:
             print(
                 f"| {n:.0e} | skipped: {', '.join(skipped)} | | | | | building them takes "
-                "O(N) arrays (N bytes to 8 N, or N Python ints for torch) |",
+                "O(N) arrays (N bytes to 8 N, N Python ints for torch, several arrays "
+                "of 8 N bytes for Streaming) |",
                 flush=True,
             )
     if args.json:
