@@ -65,6 +65,9 @@
 use crate::error::{Error, Result};
 use crate::order::MAX_SAMPLES;
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 /// The interleave of one epoch's quotas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interleave {
@@ -80,10 +83,11 @@ fn left_of(i: u64, ql: u64, q: u64) -> u64 {
     ((u128::from(i) * u128::from(ql) + u128::from(q / 2)) / u128::from(q)) as u64
 }
 
-/// One node of the tree, ready to split its positions: its quotas and a
-/// reciprocal of its total, so that [`Node::split`] multiplies instead of
-/// dividing.
+/// One node of the tree, ready to split its positions: its quotas and
+/// reciprocals of its total, so that [`Node::split`] multiplies instead of
+/// dividing. Four words in this order: the vector descent gathers them.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[repr(C)]
 struct Node {
     /// The node's quota `Q` (at least 1 when a position reaches it).
     q: u64,
@@ -91,6 +95,9 @@ struct Node {
     ql: u64,
     /// `floor(2**64 / Q)` for `Q >= 2`; 0 for `Q <= 1`.
     reciprocal: u64,
+    /// The bits of `1 / Q` in float64 (0 for `Q = 0`), for the vector
+    /// descent's estimate of the quotient.
+    inverse: u64,
 }
 
 impl Node {
@@ -100,7 +107,17 @@ impl Node {
         } else {
             0
         };
-        Node { q, ql, reciprocal }
+        let inverse = if q >= 1 {
+            (1.0 / q as f64).to_bits()
+        } else {
+            0
+        };
+        Node {
+            q,
+            ql,
+            reciprocal,
+            inverse,
+        }
     }
 
     /// `(floor(x / Q), x % Q)` for `Q >= 1`. With `m = floor(2**64 / Q)`,
@@ -267,6 +284,47 @@ impl Interleave {
         (tree.leaves[node + 1 - tree.leaves.len()], i)
     }
 
+    /// [`Interleave::locate`] on every position of `values` (each below
+    /// `len()`, the caller's contract): each becomes its index among its
+    /// source's positions, and `sources[t]` the source of `values[t]`.
+    ///
+    /// Eight positions at once with AVX-512 when the CPU has it and the
+    /// epoch has at most 2^32 positions (see [`avx512`]); the cipher's
+    /// `EPOCHPLAN_CIPHER_PATH` caps this choice too, so that the tests run on
+    /// another path run the scalar descent.
+    pub(crate) fn locate_in_place(&self, values: &mut [i64], sources: &mut [usize]) {
+        self.locate_in_place_on(crate::cipher::Path::active(), values, sources);
+    }
+
+    /// [`Interleave::locate_in_place`] on `path` (the vector descent only
+    /// on [`Path::Avx512`](crate::cipher::Path::Avx512), when supported).
+    #[allow(unsafe_code)]
+    pub(crate) fn locate_in_place_on(
+        &self,
+        path: crate::cipher::Path,
+        values: &mut [i64],
+        sources: &mut [usize],
+    ) {
+        assert_eq!(values.len(), sources.len(), "one source slot a position");
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if path == crate::cipher::Path::Avx512
+            && path.is_supported()
+            && self.len() <= avx512::MAX_LEN
+        {
+            // SAFETY: the path's CPU support (AVX-512 F, DQ and VL) was
+            // detected. (The positions below `len()`, at most `MAX_LEN`, keep
+            // the node and leaf indices in bounds.)
+            done = unsafe { avx512::locate_lanes(&self.tree, values, sources) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        for (v, source) in values[done..].iter_mut().zip(&mut sources[done..]) {
+            let (k, i) = self.locate(*v as u64);
+            (*v, *source) = (i as i64, k);
+        }
+    }
+
     /// Source `k`'s positions among the first `prefix` (at most `len()`).
     pub fn count_before(&self, k: usize, prefix: u64) -> u64 {
         let (mut lo, mut hi, mut x) = (0, self.num_sources(), prefix.min(self.len()));
@@ -395,6 +453,63 @@ mod tests {
         for (i, ql, q) in cases {
             let want = (left_of(i, ql, q), left_of(i + 1, ql, q) > left_of(i, ql, q));
             assert_eq!(Node::new(ql, q).split(i), want, "i {i}, ql {ql}, q {q}");
+        }
+    }
+
+    #[test]
+    fn every_path_locates_as_one_position_at_a_time() {
+        let mut z = 3u64;
+        let mut next = |bound: u64| {
+            z = z
+                .wrapping_mul(0x5851_F42D_4C95_7F2D)
+                .wrapping_add(1442695040888963407);
+            (z >> 11) % bound.max(1)
+        };
+        let big = 1u64 << 32;
+        let mut vectors: Vec<Vec<u64>> = vec![
+            vec![big],
+            vec![big / 2, big / 2],
+            vec![big - 1, 1],
+            vec![1, big - 1],
+            vec![big - 3, 1, 1, 1],
+            vec![big / 3, big / 3, big / 3 + 1],
+            // Past 2^32 positions: the scalar descent.
+            vec![big / 2, big / 2, 1],
+            vec![0, 5, 0],
+            vec![1 << 20; 17],
+        ];
+        for _ in 0..300 {
+            let k = 1 + next(20) as usize;
+            let scale = [50, 1 << 16, big / k as u64][next(3) as usize];
+            vectors.push((0..k).map(|_| next(scale + 1)).collect());
+        }
+        for quotas in vectors {
+            let il = Interleave::new(&quotas).unwrap();
+            let s = il.len();
+            if s == 0 {
+                continue;
+            }
+            let mut positions: Vec<i64> = if s <= 2000 {
+                (0..s as i64).collect()
+            } else {
+                let ends = (0..64).flat_map(|d| [d, s - 1 - d]);
+                ends.chain((0..2000).map(|_| next(s)))
+                    .map(|p| p as i64)
+                    .collect()
+            };
+            // A length that is not a multiple of eight: the scalar tail runs too.
+            positions.truncate(positions.len() - usize::from(positions.len().is_multiple_of(8)));
+            let want: Vec<(usize, u64)> = positions.iter().map(|&p| il.locate(p as u64)).collect();
+            for path in crate::cipher::Path::ALL {
+                let mut values = positions.clone();
+                let mut sources = vec![usize::MAX; values.len()];
+                il.locate_in_place_on(path, &mut values, &mut sources);
+                let got: Vec<(usize, u64)> = sources
+                    .into_iter()
+                    .zip(values.into_iter().map(|v| v as u64))
+                    .collect();
+                assert_eq!(got, want, "quotas {quotas:?}, path {path:?}");
+            }
         }
     }
 

@@ -478,10 +478,10 @@ impl MixtureEpoch {
         // Each position's source, and its element of the source's sequence
         // (a u64 kept in the i64 slot).
         work.keys.clear();
-        for v in batch.iter_mut() {
-            let (k, i) = self.interleave.locate(*v as u64);
-            *v = (self.consumed[k] + i) as i64;
-            work.keys.push(k);
+        work.keys.resize(batch.len(), 0);
+        self.interleave.locate_in_place(batch, &mut work.keys);
+        for (v, &k) in batch.iter_mut().zip(&work.keys) {
+            *v = (self.consumed[k] + *v as u64) as i64;
         }
         let num_sources = self.consumed.len();
         counting_order(
