@@ -19,7 +19,7 @@ the quotas, in its defaults (``random`` batching, balanced sampling, py1e,
 the relaxed partition, one canonical node; shards of 10,000 samples):
 ``generate_work_random_batching``, which resamples the streams, partitions
 and shuffles the whole epoch on every node, then rank 0's part of it (its
-files are loaded by path, as the tests load them).
+files are loaded by path: ``epochplan.bench.streaming_peer``).
 
 Every case runs in fresh processes (``--repeats`` of them; the median is
 reported), each taking the best of ``--calls`` calls after the space is
@@ -38,11 +38,7 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
-
-# Streaming's files are loaded by path, as the tests load them.
-TESTS = str(Path(__file__).resolve().parent.parent / "tests")
 
 CASE = """
 import json, resource, time
@@ -71,28 +67,11 @@ elif kind == "mixture":
     space = ep.Mixture(sizes, quotas=quotas, seed=1)
     sel = sum(quotas)
 elif kind == "streaming":
-    import math, sys, types
-    sys.path.insert(0, {tests!r})
-    from streaming_ref import load_mixing
-    generate_work, resample_streams = load_mixing()
+    from epochplan.bench.streaming_peer import streaming_mixture_epoch
     sizes = [6 * n // 10, 3 * n // 10, n - 9 * n // 10]
     quotas = [5 * n // 10, 3 * n // 10, n - 9 * n // 10]
     sel = sum(quotas)
-    # Streaming's defaults (py1e, relaxed partition, random batching, canonical
-    # nodes = physical nodes) on one node of w ranks; shards of 10,000 samples.
-    shard = math.gcd(10_000, *sizes)
-    shards = np.array([s // shard for s in sizes], np.int64)
-    ds = types.SimpleNamespace(
-        num_streams=3, streams=[types.SimpleNamespace(choose=q) for q in quotas],
-        shards_per_stream=shards, shard_offset_per_stream=np.cumsum(shards) - shards,
-        samples_per_shard=np.full(int(shards.sum()), shard, np.int64),
-        sampling_method="balanced", sampling_granularity=1, epoch_seed_change=True,
-        shuffle=True, shuffle_seed=1, shuffle_algo="py1e", shuffle_block_size=4_000_000,
-        partition_algo="relaxed", num_canonical_nodes=1, initial_physical_nodes=None,
-        batch_size=g // w, epoch_size=sel)
-    ds.sample_offset_per_shard = np.cumsum(ds.samples_per_shard) - ds.samples_per_shard
-    ds.resample_streams = lambda epoch: resample_streams(ds, epoch)
-    world = types.SimpleNamespace(num_nodes=1, ranks_per_node=w, workers_per_rank=1)
+    epoch = streaming_mixture_epoch(sizes, quotas, ranks=w, batch_size=g // w)
 if kind == "plain":
     plan = ep.EpochPlan(sel, g, seed=1)
 elif kind == "torch":
@@ -112,7 +91,7 @@ for _ in range(calls):
         out = [subset.indices[i] for i in sampler]
     elif kind == "streaming":
         # Every node builds the whole epoch; rank 0 keeps its part.
-        out = generate_work(ds, world, 0, 0)[0, 0].ravel()
+        out = epoch()[0, 0].ravel()
         out = out[out != -1]
     else:
         out = plan.rank_indices(0, w)
@@ -131,7 +110,7 @@ LARGE_OK = {"plain", "ranges", "split", "mixture"}
 
 def run(kind: str, n: int, g: int, w: int, calls: int) -> dict[str, float]:
     calls = 1 if kind in PEERS else calls
-    code = CASE.format(kind=kind, n=n, g=g, w=w, calls=calls, tests=TESTS)
+    code = CASE.format(kind=kind, n=n, g=g, w=w, calls=calls)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 

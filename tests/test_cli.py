@@ -290,6 +290,23 @@ def test_bench_loads_streaming_without_its_package_init() -> None:
     assert len(peer) == 1 and "skipped" not in peer[0], res.stdout
 
 
+@pytest.mark.parametrize("operation", ["a mask's ids", "a mixture of three datasets"])
+def test_bench_times_index_spaces_against_their_peers(operation: str) -> None:
+    # torch's sampler over a Subset for a mask, Streaming's epoch of three
+    # streams (loaded from its files, its batching needs torch) for a mixture.
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    if "mixture" in operation and importlib.util.find_spec("streaming") is None:
+        pytest.skip("mosaicml-streaming is not installed")
+    res = cli("bench", "--sizes", "20000", "--repeats", "1", "--filter", operation)
+    assert res.returncode == 0, res.stderr
+    rows = [line for line in res.stdout.splitlines() if operation in line]
+    assert len(rows) == 2 and not any("skipped" in row for row in rows), res.stdout
+    ours = next(row for row in rows if "**epochplan" in row)
+    peer = "vs torch" if "mask" in operation else "vs streaming"
+    assert peer in ours, ours
+
+
 def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     import fcntl
     import os

@@ -9,8 +9,9 @@ import sys
 import time
 from typing import Any
 
-from epochplan.bench import CASES, check_writable, plot, replace_with, size_text, table
+from epochplan.bench import check_writable, plot, replace_with, size_text, table
 from epochplan.bench import run as run_cases
+from epochplan.bench.cases import CASES
 from epochplan.cli.arguments import Help, path, positive
 
 BENCH_HELP = """\
