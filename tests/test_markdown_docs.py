@@ -5,7 +5,8 @@ Sybil parses the Markdown: ```python blocks, invisible setup blocks
 which marks the few blocks that need several processes (those are run by
 their own tests: tests/test_torch_example.py runs examples/ddp_train.py).
 The blocks of a page share one namespace and run in order, in a temporary
-working directory, so plan directories they write disappear with it.
+working directory, so plan directories they write disappear with it. The
+contributing guide quotes the README's test command (the one CI runs).
 """
 
 from __future__ import annotations
@@ -62,3 +63,12 @@ def test_every_python_block_of_the_page_runs(page: Path) -> None:
     assert len(code) >= fences, f"{page_id(page)}: {fences} python fences, {len(code)} parsed"
     for example in examples:
         example.evaluate()
+
+
+def test_the_contributing_guide_quotes_the_readme_test_command() -> None:
+    # The README's marked command is the one CI runs; the guide repeats it.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    marked = readme.split("<!-- test-command -->", 1)[1].split("```")[1]
+    command = marked.removeprefix("bash").strip()
+    assert command.startswith("pip install")
+    assert command in (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
