@@ -13,10 +13,10 @@ samples. The peer is what torch users write for a distributed run over part
 of a store: ``DistributedSampler(Subset(range(N), ids), num_replicas=W,
 rank=0)`` iterated fully, each index mapped through the subset's ids
 (``SubsetRandomSampler`` has no distributed form); the ids are an int64
-numpy array, the lightest form torch accepts. Streaming's way to mix sources is the
-epoch of a ``StreamingDataset`` over three streams with ``choose`` set to
-the quotas, in its defaults (``random`` batching, balanced sampling, py1e,
-the relaxed partition, one canonical node; shards of 10,000 samples):
+numpy array, the lightest form torch accepts. Streaming's way to mix sources
+is the epoch of a ``StreamingDataset`` over three streams with ``choose``
+set to the quotas, in its defaults (``random`` batching, balanced sampling,
+py1e, the relaxed partition, one canonical node; shards of 10,000 samples):
 ``generate_work_random_batching``, which resamples the streams, partitions
 and shuffles the whole epoch on every node, then rank 0's part of it (its
 files are loaded by path: ``epochplan.bench.streaming_peer``).
@@ -61,17 +61,15 @@ elif kind == "mask" or kind == "indices":
 elif kind == "split":
     space = ep.random_split(n, [0.9, 0.1], seed=1)[0]
     sel = len(space)
-elif kind == "mixture":
-    sizes = [6 * n // 10, 3 * n // 10, n - 9 * n // 10]
-    quotas = [5 * n // 10, 3 * n // 10, n - 9 * n // 10]
-    space = ep.Mixture(sizes, quotas=quotas, seed=1)
-    sel = sum(quotas)
-elif kind == "streaming":
-    from epochplan.bench.streaming_peer import streaming_mixture_epoch
+elif kind == "mixture" or kind == "streaming":
     sizes = [6 * n // 10, 3 * n // 10, n - 9 * n // 10]
     quotas = [5 * n // 10, 3 * n // 10, n - 9 * n // 10]
     sel = sum(quotas)
-    epoch = streaming_mixture_epoch(sizes, quotas, ranks=w, batch_size=g // w)
+    if kind == "mixture":
+        space = ep.Mixture(sizes, quotas=quotas, seed=1)
+    else:
+        from epochplan.bench.streaming_peer import streaming_mixture_epoch
+        epoch = streaming_mixture_epoch(sizes, quotas, ranks=w, batch_size=g // w)
 if kind == "plain":
     plan = ep.EpochPlan(sel, g, seed=1)
 elif kind == "torch":

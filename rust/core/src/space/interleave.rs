@@ -313,8 +313,9 @@ impl Interleave {
             && self.len() <= avx512::MAX_LEN
         {
             // SAFETY: the path's CPU support (AVX-512 F, DQ and VL) was
-            // detected. (The positions below `len()`, at most `MAX_LEN`, keep
-            // the node and leaf indices in bounds.)
+            // detected. (Its node and leaf indices stay in bounds whatever
+            // the values; positions below `len()`, at most `MAX_LEN`, make
+            // its arithmetic exact.)
             done = unsafe { avx512::locate_lanes(&self.tree, values, sources) };
         }
         #[cfg(not(target_arch = "x86_64"))]
