@@ -106,6 +106,10 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
                 with ddp.no_sync():
                     (weights * summed_token_losses(ddp, ids)).sum().backward()
         Path(out, f"{world}-{rank}.json").write_text(json.dumps(history))
+        # Every rank is done with the group before any tears it down (as the
+        # other workers do): a rank that exited while another was still
+        # closing its gloo pairs aborted once in CI.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
