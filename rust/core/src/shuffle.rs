@@ -8,6 +8,12 @@
 //! Fisher-Yates shuffled. Grouping by i.i.d. uniform labels and shuffling each
 //! group uniformly gives an exactly uniform permutation.
 //!
+//! Both passes over the buckets wait on memory unless helped: the scatter's
+//! thousands of write streams are more than the hardware prefetcher follows
+//! (so it fetches each bucket's next line itself), and Fisher-Yates' random
+//! reads of a bucket fresh from the scatter would each miss (so the bucket
+//! is read in order first).
+//!
 //! Every random stream is keyed by a fixed unit of work (a block of positions,
 //! a bucket), never by a thread, so the output is the same for any thread count.
 
@@ -41,15 +47,16 @@ fn domain(label: &str) -> Domain<'_> {
     }
 }
 
-/// Ids in a cache line.
-const LINE: usize = 64 / std::mem::size_of::<i64>();
+/// Bytes, and ids, in a cache line.
+const LINE_BYTES: usize = 64;
+const LINE: usize = LINE_BYTES / std::mem::size_of::<i64>();
 
 /// Whether `id` is the first of its cache line.
 fn starts_line(id: &i64) -> bool {
-    (id as *const i64 as usize).is_multiple_of(64)
+    (id as *const i64 as usize).is_multiple_of(LINE_BYTES)
 }
 
-/// Reads one id of every cache line of `values`, in order, so that the
+/// Reads one id in every `LINE` of `values`, in order, so that the
 /// hardware prefetcher brings them in before a random-access pass: a bucket
 /// fresh from the scatter is in memory, and Fisher-Yates' random reads would
 /// otherwise each wait for it.
