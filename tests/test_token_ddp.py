@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,12 +107,24 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
                 with ddp.no_sync():
                     (weights * summed_token_losses(ddp, ids)).sum().backward()
         Path(out, f"{world}-{rank}.json").write_text(json.dumps(history))
-        # Every rank is done with the group before any tears it down (as the
-        # other workers do): a rank that exited while another was still
-        # closing its gloo pairs aborted once in CI.
-        dist.barrier()
+        dist.barrier()  # every rank is done with the group before any tears it down
     finally:
         dist.destroy_process_group()
+    exit_without_finalization()
+
+
+def exit_without_finalization() -> None:
+    """Ends a rank whose results are written and whose group is destroyed,
+    skipping the interpreter's finalization. DDP keeps the gloo group alive
+    past ``destroy_process_group``, and gloo's threads can abort a process
+    that Python is tearing down (pytorch/pytorch#179291 describes how): twice
+    in CI a rank of this file died so ("terminate called without an active
+    exception"), after its results were written, the second time with a
+    barrier before the teardown. Only a clean end gets here: an exception
+    still reaches ``mp.spawn``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def free_port() -> int:
@@ -220,6 +233,7 @@ def loader_worker(rank: int, world: int, port: int, out: str, stop: int | None) 
         Path(out, f"loader-{world}-{rank}.json").write_text(json.dumps([history, consumed]))
     finally:
         dist.destroy_process_group()
+    exit_without_finalization()
 
 
 def test_token_ddp_through_workers_stopped_on_3_ranks_resumes_on_2(tmp_path: Path) -> None:
