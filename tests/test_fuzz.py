@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,27 @@ VALUES = st.one_of(SCALARS, ARRAYS)
 # allocate (rejected before any work).
 SIZES = st.one_of(SCALARS, st.integers(0, 2000))
 LIMIT = 10**6  # largest output the fuzzer may ask to build
+
+
+def fuzz_until_each_returns(
+    fuzz: Callable[[], None], returned: Counter[str], targets: Iterable[str], rounds: int = 3
+) -> None:
+    """Runs ``fuzz`` (a hypothesis test that counts in ``returned`` the calls
+    that returned) until every target has returned, ``rounds`` times at most.
+
+    A fuzz that never gets past a target's argument checks proves nothing
+    about the target. Hypothesis draws differently in every run, and in one
+    run out of about fifteen the plans' fuzz left a target with no return
+    in its 1,500 examples, so a run that misses one runs again.
+    """
+    targets = list(targets)
+    missing = targets
+    for _ in range(rounds):
+        fuzz()
+        missing = [t for t in targets if returned[t] == 0]
+        if not missing:
+            return
+    raise AssertionError(f"never returned in {rounds} runs: {missing}; returned: {returned}")
 
 
 def bounded(n: object) -> bool:
@@ -136,9 +157,8 @@ def test_fuzz_public_functions() -> None:
         finally:
             ep.set_num_threads(0)
 
-    fuzz()
     targets = ["Permutation", "permutation", "index", "take", "split", "threads"]
-    assert all(returned[t] for t in targets), returned
+    fuzz_until_each_returns(fuzz, returned, targets)
 
 
 # Plans, workers and Streaming: integers are small or invalid (never a valid
@@ -180,6 +200,9 @@ PLAN_METHODS = sorted(
     for name in dir(ep.EpochPlan)
     if not name.startswith("_") and callable(getattr(ep.EpochPlan, name))
 )
+
+# Methods that only a token plan answers (others raise).
+TOKEN_PLAN_METHODS = {"step_tokens"}
 
 
 def positional_count(function: Callable[..., object]) -> int:
@@ -239,12 +262,15 @@ def test_fuzz_plans_workers_and_streaming() -> None:
             if target == "EpochPlan":
                 extra = {} if small else data.draw(PLAN_EXTRA)
                 sizes = draw_args(2)
-                if small and data.draw(st.booleans()):
-                    # A token plan: tokens per sample, zeros included.
+                target = data.draw(st.sampled_from(PLAN_METHODS))
+                # A token plan (tokens per sample, zeros included) for half the
+                # small examples, and for every one of a method only token
+                # plans answer: drawn by chance alone, that method returned in
+                # no example of about one run in fifteen.
+                if small and (target in TOKEN_PLAN_METHODS or data.draw(st.booleans())):
                     lengths = st.lists(st.integers(0, 9), min_size=sizes[0], max_size=sizes[0])
                     extra = {"lengths": np.asarray(data.draw(lengths), dtype=np.int32)}
                 plan = ep.EpochPlan(*sizes, **extra)
-                target = data.draw(st.sampled_from(PLAN_METHODS))
                 method = getattr(plan, target)
                 if small:
                     args = valid_args(data, plan, method)
@@ -290,9 +316,8 @@ def test_fuzz_plans_workers_and_streaming() -> None:
             return
         returned[target] += 1
 
-    fuzz()
     expected = ["worker_shard", "partitions", "part", "shuffle", *PLAN_METHODS]
-    assert not [name for name in expected if returned[name] == 0], returned
+    fuzz_until_each_returns(fuzz, returned, expected)
 
 
 def test_fuzz_index_spaces() -> None:
@@ -384,5 +409,4 @@ def test_fuzz_index_spaces() -> None:
         except ALLOWED:
             pass
 
-    fuzz()
-    assert all(returned[t] for t in targets), returned
+    fuzz_until_each_returns(fuzz, returned, targets)
