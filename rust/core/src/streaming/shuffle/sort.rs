@@ -9,9 +9,15 @@
 //! `2^FINE_BITS` integers as they are pushed, a coarse bucket (small enough
 //! for the cache) is sorted and written out once no later key can fall in it,
 //! and its emptied memory is reused by the next bucket to fill. Equal keys
-//! keep their push order, as numpy's `argsort(kind="stable")` would.
+//! keep their push order, as numpy's `argsort(kind="stable")` would. The
+//! counting sort's loops over whole arrays (each item's sub-bucket, the
+//! prefix sums of the counts) run with AVX-512 where the CPU has it
+//! ([`avx512`]), with the scalar loops' results.
 
 use crate::error::{Error, Result};
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Fine buckets per coarse bucket, as a power of two (a coarse bucket's
 /// items fit in L1/L2 cache while they are sorted).
@@ -86,17 +92,11 @@ impl SortScratch {
         self.coarse.resize_with(count, Vec::new);
     }
 
-    /// The integer bucket of a key.
+    /// The integer bucket of a key (`as` saturates: a key below 0 counts
+    /// as 0).
     #[inline(always)]
     fn bucket(width: usize, key: f64) -> usize {
-        let top = (width - 1) as f64;
-        if key >= top {
-            width - 1
-        } else if key > 0.0 {
-            key as usize
-        } else {
-            0
-        }
+        (key as usize).min(width - 1)
     }
 
     /// Adds the next item.
@@ -150,23 +150,6 @@ impl SortScratch {
         debug_assert_eq!(self.at, out.len(), "one value pushed per output slot");
     }
 
-    /// The sub-bucket of a key within coarse bucket `c`: the key's
-    /// `1/SUB_BUCKETS` step, clamped like [`SortScratch::bucket`] (scaling by
-    /// a power of two is exact, so this refines the integer buckets).
-    #[inline(always)]
-    fn sub_bucket(width: usize, c: usize, key: f64) -> usize {
-        let scaled = key * SUB_BUCKETS as f64;
-        let top = (width * SUB_BUCKETS - 1) as f64;
-        let sub = if scaled >= top {
-            width * SUB_BUCKETS - 1
-        } else if scaled > 0.0 {
-            scaled as usize
-        } else {
-            0
-        };
-        sub - (c << FINE_BITS) * SUB_BUCKETS
-    }
-
     /// Sorts coarse bucket `c` and writes its values at the next positions.
     fn write_bucket(&mut self, c: usize, out: &mut [i64]) {
         let steps = SUB_BUCKETS << FINE_BITS;
@@ -200,18 +183,13 @@ impl SortScratch {
         next.clear();
         next.resize(steps, 0);
         let mut crowded = false;
-        for (&(k, _), sub_of) in bucket.iter().zip(&mut self.sub_of) {
-            let f = Self::sub_bucket(width, c, k);
-            *sub_of = f as u32;
+        fill_sub_buckets(&bucket, width, c, &mut self.sub_of[..n]);
+        for &f in &self.sub_of[..n] {
+            let f = f as usize;
             next[f] += 1;
             crowded |= next[f] > 32;
         }
-        let mut sum = 0;
-        for slot in next.iter_mut() {
-            let count = *slot;
-            *slot = sum;
-            sum += count;
-        }
+        exclusive_prefix_sum(next);
         let fine = &mut self.fine[..n];
         for (&item, &f) in bucket.iter().zip(&self.sub_of) {
             let f = f as usize;
@@ -257,6 +235,56 @@ impl SortScratch {
     }
 }
 
+/// The sub-bucket of a key within coarse bucket `c` of a sort of `width`
+/// integers: the key's `1/SUB_BUCKETS` step, clamped like
+/// [`SortScratch::bucket`] (scaling by a power of two is exact, so this
+/// refines the integer buckets).
+#[inline(always)]
+fn sub_bucket(width: usize, c: usize, key: f64) -> usize {
+    let step = ((key * SUB_BUCKETS as f64) as usize).min(width * SUB_BUCKETS - 1);
+    step - (c << FINE_BITS) * SUB_BUCKETS
+}
+
+/// `sub_of[i]` = the sub-bucket of `items[i]` in coarse bucket `c`.
+fn fill_sub_buckets(items: &[(f64, i64)], width: usize, c: usize, sub_of: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        #[allow(unsafe_code)]
+        // SAFETY: `avx512` only requires the instructions just detected.
+        unsafe {
+            avx512::sub_buckets(items, width, c, sub_of)
+        };
+        return;
+    }
+    for (f, &(key, _)) in sub_of.iter_mut().zip(items) {
+        *f = sub_bucket(width, c, key) as u32;
+    }
+}
+
+/// Replaces each count by the sum of the counts before it (which fits
+/// `u32`).
+fn exclusive_prefix_sum(counts: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        #[allow(unsafe_code)]
+        // SAFETY: `avx512` only requires the instructions just detected.
+        unsafe {
+            avx512::exclusive_prefix_sum(counts)
+        };
+        return;
+    }
+    scalar_prefix_sum(counts);
+}
+
+fn scalar_prefix_sum(counts: &mut [u32]) {
+    let mut sum = 0u32;
+    for slot in counts {
+        let count = *slot;
+        *slot = sum;
+        sum = sum.wrapping_add(count);
+    }
+}
+
 /// Writes the values of sorted `items` at `out[*at..]` (as many as fit) and
 /// moves `at` past them.
 fn emit(items: &[(f64, i64)], out: &mut [i64], at: &mut usize) {
@@ -291,6 +319,92 @@ fn insertion_sort(items: &mut [(f64, i64)]) {
 mod tests {
     use super::*;
     use crate::streaming::numpy_rng::Generator;
+
+    #[test]
+    fn every_path_gives_the_scalar_sub_buckets_and_prefix_sums() {
+        // Keys around the clamps and the steps' edges, in coarse buckets at
+        // the start, the middle and the end of a sort, every tail length.
+        #[cfg(target_arch = "x86_64")]
+        let vector = avx512::available();
+        let mut g = Generator::new(5);
+        for (width, c) in [
+            (1usize, 0usize),
+            (5000, 0),
+            (5000, 1),
+            (5000, 2),
+            (1 << 20, 300),
+        ] {
+            let base = (c << FINE_BITS) as f64;
+            let top = width as f64;
+            let mut keys = vec![
+                -1e300,
+                -1.0,
+                -0.0,
+                0.0,
+                0.2,
+                top - 1.0,
+                top - 0.25,
+                top,
+                1e300,
+            ];
+            for edge in [base, base + 0.25, base + 2047.75] {
+                keys.extend([edge, edge + 1e-9, edge - 1e-9]);
+            }
+            keys.extend((0..60).map(|_| base + g.random() * 2048.0));
+            // Only keys of this coarse bucket reach it (past the sort's ends, clamped).
+            keys.retain(|&k| SortScratch::bucket(width, k) >> FINE_BITS == c);
+            for len in [0, 1, 7, 8, 9, keys.len()] {
+                let items: Vec<(f64, i64)> = keys[..len.min(keys.len())]
+                    .iter()
+                    .map(|&k| (k, 7))
+                    .collect();
+                let expect: Vec<u32> = items
+                    .iter()
+                    .map(|&(k, _)| sub_bucket(width, c, k) as u32)
+                    .collect();
+                assert!(expect
+                    .iter()
+                    .all(|&f| (f as usize) < SUB_BUCKETS << FINE_BITS));
+                let mut got = vec![u32::MAX; items.len()];
+                fill_sub_buckets(&items, width, c, &mut got);
+                assert_eq!(got, expect, "width {width}, bucket {c}");
+                #[cfg(target_arch = "x86_64")]
+                if vector {
+                    let mut got = vec![u32::MAX; items.len()];
+                    #[allow(unsafe_code)]
+                    // SAFETY: the instructions were detected.
+                    unsafe {
+                        avx512::sub_buckets(&items, width, c, &mut got)
+                    };
+                    assert_eq!(got, expect, "width {width}, bucket {c}");
+                }
+            }
+        }
+        for len in [0usize, 1, 15, 16, 17, 100, SUB_BUCKETS << FINE_BITS] {
+            let counts: Vec<u32> = (0..len).map(|_| (g.random() * 40.0) as u32).collect();
+            let mut expect = counts.clone();
+            let mut sum = 0;
+            for slot in &mut expect {
+                (*slot, sum) = (sum, sum + *slot);
+            }
+            let mut got = counts.clone();
+            exclusive_prefix_sum(&mut got);
+            assert_eq!(got, expect, "{len} counts");
+            let mut got = counts.clone();
+            scalar_prefix_sum(&mut got);
+            assert_eq!(got, expect, "{len} counts");
+            #[cfg(target_arch = "x86_64")]
+            if vector {
+                let mut got = counts.clone();
+                #[allow(unsafe_code)]
+                // SAFETY: the instructions were detected.
+                unsafe {
+                    avx512::exclusive_prefix_sum(&mut got)
+                };
+                assert_eq!(got, expect, "{len} counts");
+            }
+        }
+    }
 
     #[test]
     fn sort_by_keys_is_stable_on_ties() {
