@@ -130,7 +130,7 @@ fn check_headroom(len: usize) -> std::result::Result<(), usize> {
     }
 }
 
-/// Whether `bytes`, plus [`HEADROOM_PER_THREAD`] for each of `threads`
+/// Whether `bytes`, plus `HEADROOM_PER_THREAD` for each of `threads`
 /// threads, can be allocated now. The small allocations of a call are not
 /// checked one by one (a failed one aborts the process), so where they can
 /// fail, a call that would leave too little room for them is refused

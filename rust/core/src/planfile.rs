@@ -2,9 +2,10 @@
 //! file, written and verified in memory that does not depend on `N`.
 //!
 //! Writing streams a rank's ids in chunks of [`CHUNK_IDS`] from
-//! [`Plan::fill_rank_ids`] (parallel over the pool) to a writer thread that
-//! checksums (BLAKE3 of the whole file, header included) and writes them, so
-//! computing and I/O overlap and at most [`BUFFERS`] chunks exist at a time.
+//! [`crate::plan::Plan::fill_rank_ids`] (parallel over the pool) to a writer
+//! thread that checksums (BLAKE3 of the whole file, header included) and
+//! writes them, so computing and I/O overlap and at most [`BUFFERS`] chunks
+//! exist at a time.
 //! Verifying streams every file of an epoch back (files in parallel), checks
 //! its header, size and checksum, and marks every id in a bitmap of `N / 8`
 //! bytes: an id out of range or seen twice is a violation.
