@@ -217,6 +217,23 @@ pub(super) fn py1e(
         }
         return Ok((ids, small));
     }
+    if let [part] = parts[..] {
+        // One node in segments (Streaming's default on one machine): its
+        // plan is a walk on one thread, so the other faults in the output's
+        // pages meanwhile.
+        let node = &spans[part.0..part.1];
+        let count = blocks.segment_count(node, node_len(&part), segment_len);
+        let small = parallel::install(|| {
+            let (planned, ()) = rayon::join(
+                || blocks.plan_segments(&mut rng, node, count),
+                || prefault(&mut ids),
+            );
+            let (plan, small) = planned?;
+            blocks.sort_segments(&plan, node, &mut ids, &ScratchPool::default())?;
+            Ok::<_, Error>(small)
+        })??;
+        return Ok((ids, small));
+    }
     // The sorts are cache-bound: clearing fresh pages of the output in the
     // middle of them would evict their buckets, so the pages are faulted in
     // first.
