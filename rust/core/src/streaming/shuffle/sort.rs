@@ -273,11 +273,12 @@ fn exclusive_prefix_sum(counts: &mut [u32]) {
         };
         return;
     }
-    scalar_prefix_sum(counts);
+    scalar_prefix_sum(counts, 0);
 }
 
-fn scalar_prefix_sum(counts: &mut [u32]) {
-    let mut sum = 0u32;
+/// [`exclusive_prefix_sum`] one count at a time, the sums starting at
+/// `sum` (the vector loop's carry for its tail).
+fn scalar_prefix_sum(counts: &mut [u32], mut sum: u32) {
     for slot in counts {
         let count = *slot;
         *slot = sum;
@@ -391,7 +392,7 @@ mod tests {
             exclusive_prefix_sum(&mut got);
             assert_eq!(got, expect, "{len} counts");
             let mut got = counts.clone();
-            scalar_prefix_sum(&mut got);
+            scalar_prefix_sum(&mut got, 0);
             assert_eq!(got, expect, "{len} counts");
             #[cfg(target_arch = "x86_64")]
             if vector {

@@ -11,7 +11,7 @@
 //! items (the scatter by sub-bucket, the insertion pass) stay scalar: their
 //! stores go to scattered places.
 
-use super::{sub_bucket, FINE_BITS, SUB_BUCKETS};
+use super::{scalar_prefix_sum, sub_bucket, FINE_BITS, SUB_BUCKETS};
 use std::arch::x86_64::{
     __m256i, __m512d, __m512i, _mm256_storeu_si256, _mm512_add_epi32, _mm512_alignr_epi32,
     _mm512_castsi512_si128, _mm512_cvtepi64_epi32, _mm512_cvttpd_epu64, _mm512_loadu_epi32,
@@ -122,10 +122,6 @@ pub(super) fn exclusive_prefix_sum(counts: &mut [u32]) {
         }
         carry = _mm512_permutexvar_epi32(last, inclusive);
     }
-    let mut sum = _mm_cvtsi128_si32(_mm512_castsi512_si128(carry)) as u32;
-    for slot in chunks.into_remainder() {
-        let count = *slot;
-        *slot = sum;
-        sum = sum.wrapping_add(count);
-    }
+    let sum = _mm_cvtsi128_si32(_mm512_castsi512_si128(carry)) as u32;
+    scalar_prefix_sum(chunks.into_remainder(), sum);
 }
