@@ -45,9 +45,10 @@
 //!   sort on them (each lies inside its canonical node), with buckets
 //!   written out as soon as no later position can reach them. With more
 //!   than one thread, a canonical node of at least two segments of 2^23
-//!   shifted positions (Streaming's default for `py1e` is one canonical
-//!   node per physical node), with pieces and shifts short beside a
-//!   segment, is sorted segment by segment in parallel: the generator's
+//!   shifted positions, or a run's only canonical node (Streaming's default
+//!   for `py1e` is one canonical node per physical node; it is cut into two
+//!   segments a thread), with pieces and shifts short beside a segment, is
+//!   sorted segment by segment in parallel: the generator's
 //!   thread records where each piece's shuffle and shifts start, each
 //!   segment's size is counted from the few pieces that straddle its ends,
 //!   and each segment's task shuffles and shifts the pieces that can reach
@@ -72,9 +73,10 @@ mod walk;
 pub use sort::{sort_by_keys, SortScratch};
 
 use crate::error::{Error, Result};
+use crate::parallel;
 use crate::streaming::numpy_rng::Generator;
 use py1br::py1br;
-use py1e::{py1e, PY1E_SEGMENT};
+use py1e::py1e;
 use py1s::py1s;
 use py2s::py2s;
 use spans::{alloc_ids, total_samples};
@@ -204,7 +206,7 @@ pub fn get_shuffle(
             run_seed,
             epoch_seed,
             block_size,
-            PY1E_SEGMENT,
+            py1e::segment_len(num_samples, ncn, parallel::num_threads()),
         )?,
     };
     Ok(Shuffled {

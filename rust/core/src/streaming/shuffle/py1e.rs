@@ -157,7 +157,26 @@ pub(super) type ScratchPool = Mutex<Vec<SortScratch>>;
 
 /// Shifted positions per segment of a large canonical node: each segment is
 /// sorted by a task of its own.
-pub(super) const PY1E_SEGMENT: i64 = 1 << 23;
+const PY1E_SEGMENT: i64 = 1 << 23;
+
+/// Segments per thread of a run of one canonical node.
+const ONE_NODE_SEGMENTS_PER_THREAD: u64 = 2;
+
+/// The segment length of a `py1e` run of `num_samples` in `ncn` canonical
+/// nodes on `threads` threads: [`PY1E_SEGMENT`], except for one canonical
+/// node (Streaming's default on one machine). That node is all the work, so
+/// it is cut into two segments a thread: each thread sorts as much as the
+/// other, few pieces near the segments' ends are drawn twice, and a node
+/// too small for segments of `PY1E_SEGMENT` is still sorted on every
+/// thread ([`Py1eBlocks::segment_count`] keeps a node whole when its
+/// segments would be short beside the shifts).
+pub(super) fn segment_len(num_samples: u64, ncn: u64, threads: usize) -> i64 {
+    if ncn != 1 {
+        return PY1E_SEGMENT;
+    }
+    let segments = ONE_NODE_SEGMENTS_PER_THREAD.saturating_mul(threads.max(1) as u64);
+    i64::try_from(num_samples.div_ceil(segments)).unwrap_or(i64::MAX)
+}
 
 /// How the generator's thread hands a canonical node of `py1e` to a task.
 enum NodeWork {
@@ -304,6 +323,50 @@ pub(super) fn py1e(
 mod tests {
     use super::*;
     use crate::streaming::shuffle::{get_shuffle, Algo};
+
+    #[test]
+    fn one_canonical_node_is_two_segments_a_thread() {
+        let blocks = Py1eBlocks {
+            low: scaled_block(0.75, 1 << 18),
+            high: scaled_block(1.25, 1 << 18),
+            block_size: 1 << 18,
+        };
+        let shards = |n: i64| -> Vec<Span> {
+            (0..n / 10_000)
+                .map(|i| (i * 10_000, (i + 1) * 10_000))
+                .collect()
+        };
+        // Streaming's defaults at 10^7 and 10^8 samples: four segments on
+        // two threads (one task at 10^7 with segments of 2^23).
+        for n in [10_000_000i64, 100_000_000] {
+            let len = segment_len(n as u64, 1, 2);
+            assert_eq!(len, n / 4);
+            assert_eq!(blocks.segment_count(&shards(n), n, len), 4, "{n}");
+        }
+        // Too short beside the shifts: one task. Many nodes: 2^23 whatever
+        // the run; no thread count divides by zero.
+        let n = 1_000_000;
+        assert_eq!(
+            blocks.segment_count(&shards(n), n, segment_len(n as u64, 1, 2)),
+            1
+        );
+        assert_eq!(segment_len(10, 64, 2), PY1E_SEGMENT);
+        assert_eq!(segment_len(10, 1, 0), 5);
+        assert_eq!(segment_len(u64::MAX, 1, 1), i64::MAX);
+        // Through `get_shuffle`, whose segments follow the thread count:
+        // the same output on every count.
+        let _threads = parallel::test_threads_lock();
+        let sizes: Vec<i64> = (0..500).map(|i| (i * 7919) % 300 + 1).collect();
+        let run = |threads| {
+            parallel::set_num_threads(threads);
+            get_shuffle(Algo::Py1e, &sizes, 1, 8, 11, 256).unwrap()
+        };
+        let one = run(1);
+        for threads in [2, 3, 4] {
+            assert!(one == run(threads), "{threads} threads");
+        }
+        parallel::set_num_threads(0);
+    }
 
     #[test]
     fn parallel_errors_are_errors() {

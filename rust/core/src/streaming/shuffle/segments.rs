@@ -4,7 +4,7 @@
 //! Streaming's default for `py1e` is one canonical node per physical node, so
 //! on one machine a node holds the whole epoch, and its sort as one task
 //! would leave the pool idle. A node of at least two segments of
-//! `PY1E_SEGMENT` shifted positions, with pieces and shifts short beside a
+//! [`segment_len`](super::py1e::segment_len) shifted positions, with pieces and shifts short beside a
 //! segment (see [`Py1eBlocks::segment_count`]), is planned instead: the
 //! generator's thread takes the epoch's generator past it,
 //! recording where each piece's shuffle and shifts start ([`Segments`]). Each
