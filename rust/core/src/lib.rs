@@ -11,12 +11,14 @@
 //! - [`plan`]: exact, equal-step, weighted, elastic epoch plans (a layout and an order).
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //!
-//! The only `unsafe` is the calls into the AVX2 builds of the cipher's batch
-//! evaluator and of the numpy generator's shuffle walk after the CPU was seen
-//! to support AVX2 (`cipher.rs`, `streaming/numpy_rng.rs`), their unaligned
-//! vector loads and stores from bounds-checked slices and arrays
-//! (`cipher/avx2.rs`, `streaming/numpy_rng/avx2.rs`), and the allocation of
-//! large zeroed outputs with a huge-page hint (`buffer.rs`).
+//! The only `unsafe` is the calls into builds of hot loops for instructions
+//! beyond baseline x86-64 (AVX2, AVX-512, BMI2) after the CPU was seen to
+//! have them: the cipher's batch evaluator, a mask's rank and select, the
+//! interleave of a mixture, the numpy generator's shuffle walk and `py1e`'s
+//! sort; their unaligned vector loads and stores and streaming stores into
+//! bounds-checked slices and arrays; and the allocation of large zeroed
+//! outputs with a huge-page hint (`buffer.rs`). Each carries its reason in a
+//! `SAFETY` comment.
 #![deny(unsafe_code)]
 
 pub mod buffer;

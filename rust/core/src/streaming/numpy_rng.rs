@@ -24,6 +24,8 @@ use crate::error::{Error, Result};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 const MULT_A: u32 = 0x931e_8875;
 const MULT_B: u32 = 0x58f3_8ded;
@@ -260,6 +262,79 @@ fn vector_walk_available() -> bool {
         && std::is_x86_feature_detected!("popcnt")
 }
 
+/// Whether the CPU runs [`avx512::walk`] (the answer is cached by std).
+#[cfg(target_arch = "x86_64")]
+fn avx512_walk_available() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512dq")
+        && vector_walk_available()
+}
+
+/// One candidate judged alone for the current `i` (by the vector walks, for
+/// the candidates they do not judge in batches); an accepted one is written
+/// at `partners[taken]`. Returns whether `i` reached 0. Without a branch on
+/// the outcome (half of them would be mispredicted): the candidate is
+/// written either way, and a rejected one is overwritten by the next (while
+/// `i > 0`, `taken = top - i < top`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn judge(v: u32, i: &mut usize, partners: Option<&mut [u32]>, taken: &mut usize) -> bool {
+    let v = v & (u32::MAX >> (*i as u32).leading_zeros());
+    let accept = v as usize <= *i;
+    if let Some(out) = partners {
+        out[*taken] = v;
+    }
+    *taken += usize::from(accept);
+    *i -= usize::from(accept);
+    *i == 0
+}
+
+/// [`judge`] on each of `candidates` in turn: how many were drawn, when
+/// the walk ended among them.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn judge_each(
+    candidates: &[u32],
+    i: &mut usize,
+    mut partners: Option<&mut [u32]>,
+    taken: &mut usize,
+) -> Option<usize> {
+    for (k, &v) in candidates.iter().enumerate() {
+        if judge(v, i, partners.as_deref_mut(), taken) {
+            return Some(k + 1);
+        }
+    }
+    None
+}
+
+/// The accepted candidates of a batch judged at once for `i` (bit `p` for
+/// the candidate `batch[p]`): `accepted` holds those at or below `i - p`,
+/// and each of the `unsure` ones (above `i - p`, at most `i`) is settled in
+/// order from the accepted ones before it.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn settle(mut accepted: u64, mut unsure: u64, batch: &[u32], i: usize) -> u64 {
+    while unsure != 0 {
+        let p = unsure.trailing_zeros();
+        unsure &= unsure - 1;
+        let before = (accepted & ((1u64 << p) - 1)).count_ones() as usize;
+        if batch[p as usize] as usize <= i - before {
+            accepted |= 1 << p;
+        }
+    }
+    accepted
+}
+
+/// Leaves `bits` after the first `drawn` 32-bit candidates from `start`
+/// (with no kept half): an odd count keeps the high half of the last 64-bit
+/// draw.
+#[cfg(target_arch = "x86_64")]
+fn leave_after(bits: &mut Pcg64, start: u128, drawn: usize) {
+    bits.state = start;
+    bits.advance(drawn.div_ceil(2) as u128);
+    bits.kept = (drawn % 2 == 1).then(|| (xsl_rr(bits.state) >> 32) as u32);
+}
+
 /// numpy's `Generator` on [`Pcg64`]: the methods Streaming uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generator {
@@ -469,9 +544,18 @@ impl Generator {
     /// at `partners[top - i]` when given.
     fn walk_32(&mut self, top: usize, partners: Option<&mut [u32]>) {
         #[cfg(target_arch = "x86_64")]
-        if top >= VECTOR_WALK_MIN && vector_walk_available() {
+        if top >= VECTOR_WALK_MIN && avx512_walk_available() {
             #[allow(unsafe_code)]
             // SAFETY: `walk` only requires the instructions just detected.
+            unsafe {
+                avx512::walk(&mut self.bits, top, partners)
+            };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if top >= VECTOR_WALK_MIN && vector_walk_available() {
+            #[allow(unsafe_code)]
+            // SAFETY: as above.
             unsafe {
                 avx2::walk(&mut self.bits, top, partners)
             };
@@ -704,16 +788,34 @@ mod tests {
         (partners, g)
     }
 
+    /// A vector walk, as [`Generator::walk_32`] calls it.
+    #[cfg(target_arch = "x86_64")]
+    type Walk = unsafe fn(&mut Pcg64, usize, Option<&mut [u32]>);
+
+    /// Each vector walk this CPU runs, by name.
+    #[cfg(target_arch = "x86_64")]
+    fn vector_walks() -> Vec<(&'static str, Walk)> {
+        let mut walks: Vec<(&'static str, Walk)> = Vec::new();
+        if vector_walk_available() {
+            walks.push(("avx2", avx2::walk));
+        } else {
+            eprintln!("no AVX2: the vector walks are not tested on this CPU");
+        }
+        if avx512_walk_available() {
+            walks.push(("avx512", avx512::walk));
+        } else {
+            eprintln!("no AVX-512: its walk is not tested on this CPU");
+        }
+        walks
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn vector_walk_directly() {
-        // The vector walk itself, below the threshold `walk_32` applies too,
+    fn vector_walks_directly() {
+        // Each vector walk itself, below the threshold `walk_32` applies too,
         // from raw states (extreme ones included) with and without a kept
         // half, against the scalar walk.
-        if !vector_walk_available() {
-            eprintln!("no AVX2: the vector walk is not tested on this CPU");
-            return;
-        }
+        let walks = vector_walks();
         let mut draws = Generator::new(4242);
         let mut next = || draws.bit_generator().next_u64();
         for n in 0..6000u32 {
@@ -742,21 +844,27 @@ mod tests {
                 bits: Pcg64 { state, inc, kept },
             };
             let (expected, after) = scalar_partners(&g, top);
-            let mut recorded = g.clone();
-            let mut partners = vec![u32::MAX; top];
-            #[allow(unsafe_code)]
-            // SAFETY: the CPU has the features (checked above).
-            unsafe {
-                avx2::walk(&mut recorded.bits, top, Some(&mut partners))
-            };
-            assert_eq!((&partners, &recorded), (&expected, &after), "case {n}");
-            let mut skipped = g.clone();
-            #[allow(unsafe_code)]
-            // SAFETY: as above.
-            unsafe {
-                avx2::walk(&mut skipped.bits, top, None)
-            };
-            assert_eq!(skipped, after, "case {n}");
+            for &(name, walk) in &walks {
+                let mut recorded = g.clone();
+                let mut partners = vec![u32::MAX; top];
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU has the walk's features (`vector_walks`).
+                unsafe {
+                    walk(&mut recorded.bits, top, Some(&mut partners))
+                };
+                assert_eq!(
+                    (&partners, &recorded),
+                    (&expected, &after),
+                    "{name} case {n}"
+                );
+                let mut skipped = g.clone();
+                #[allow(unsafe_code)]
+                // SAFETY: as above.
+                unsafe {
+                    walk(&mut skipped.bits, top, None)
+                };
+                assert_eq!(skipped, after, "{name} case {n}");
+            }
         }
     }
 
@@ -766,11 +874,11 @@ mod tests {
         debug_assertions,
         ignore = "minutes in a debug build; run with --release"
     )]
-    fn vector_walk_at_bounds_of_2_pow_31_and_more() {
-        // Bounds of 2^31 and more are judged one candidate at a time.
-        if !vector_walk_available() {
-            return;
-        }
+    fn vector_walks_at_bounds_of_2_pow_31_and_more() {
+        // AVX2 judges bounds of 2^31 and more one candidate at a time,
+        // AVX-512 in batches with unsigned compares: the generator after
+        // each against the scalar walk's (a wrong judgement moves it).
+        let walks = vector_walks();
         for top in [
             (1usize << 31) - 1,
             1 << 31,
@@ -787,13 +895,15 @@ mod tests {
                 };
                 let mut scalar = g.clone();
                 scalar.fisher_yates_32(top, |i, v| v <= i);
-                let mut vector = g.clone();
-                #[allow(unsafe_code)]
-                // SAFETY: the CPU has the features (checked above).
-                unsafe {
-                    avx2::walk(&mut vector.bits, top, None)
-                };
-                assert_eq!(vector, scalar, "top {top}");
+                for &(name, walk) in &walks {
+                    let mut vector = g.clone();
+                    #[allow(unsafe_code)]
+                    // SAFETY: the CPU has the walk's features (`vector_walks`).
+                    unsafe {
+                        walk(&mut vector.bits, top, None)
+                    };
+                    assert_eq!(vector, scalar, "{name} top {top}");
+                }
             }
         }
     }
