@@ -252,6 +252,22 @@ pub fn apply_partners<T>(x: &mut [T], partners: &[u32]) {
 #[cfg(target_arch = "x86_64")]
 const VECTOR_WALK_MIN: usize = 256;
 
+/// The most swap partners [`Generator::shuffle`] draws with a vector walk
+/// before it makes the swaps (a buffer of 256 KiB a thread at most); longer
+/// shuffles draw and swap together, at the scalar generator's pace. Walking
+/// first takes `py1e` on one thread (pieces of 10^4 samples, 2.5 x 10^7 in
+/// all) from 0.381 s to 0.364 to 0.370 s with the AVX-512 walk.
+#[cfg(target_arch = "x86_64")]
+const SHUFFLE_BY_PARTNERS_MAX: usize = 1 << 16;
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// [`Generator::shuffle`]'s partner buffer, kept for the thread's next
+    /// shuffle.
+    static SHUFFLE_PARTNERS: std::cell::RefCell<Vec<u32>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Whether the CPU runs [`avx2::walk`] (the answer is cached by std).
 #[cfg(target_arch = "x86_64")]
 fn vector_walk_available() -> bool {
@@ -497,6 +513,18 @@ impl Generator {
             }
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if (VECTOR_WALK_MIN..=SHUFFLE_BY_PARTNERS_MAX).contains(&(x.len() - 1))
+            && vector_walk_available()
+        {
+            // The vector walk draws the partners, then the swaps follow.
+            SHUFFLE_PARTNERS.with_borrow_mut(|partners| {
+                partners.resize(x.len() - 1, 0);
+                self.walk_32(x.len() - 1, Some(partners));
+                apply_partners(x, partners);
+            });
+            return;
+        }
         // Each 32-bit candidate, masked, is either the swap partner of `i`
         // (when it is at most `i`) or rejected. Written without branches on
         // the candidate: a rejected one swaps `i` with itself.
@@ -686,7 +714,9 @@ mod tests {
 
     #[test]
     fn skips_match_draws() {
-        for len in [0usize, 1, 2, 3, 17, 1000, 65_537] {
+        // Lengths on both sides of the vector walk's threshold and of the
+        // longest shuffle walked before swapping.
+        for len in [0usize, 1, 2, 3, 17, 256, 257, 1000, 65_537, 65_538] {
             for pre in [0, 1] {
                 let mut a = Generator::new(len as u128);
                 for _ in 0..pre {
