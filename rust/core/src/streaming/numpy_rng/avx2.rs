@@ -30,7 +30,8 @@
 //! Xeon (Sapphire Rapids), this crate's `walk_speed` example: 0.098 s (0.108
 //! s recording) against 0.139 s; [`super::avx512`] is faster there.
 
-use super::{judge, judge_each, leave_after, settle, Pcg64, PCG_MULT};
+use super::vector::{judge, judge_each, leave_after, settle};
+use super::{Pcg64, PCG_MULT};
 use std::arch::x86_64::{
     __m256i, _mm256_add_epi32, _mm256_add_epi64, _mm256_and_si256, _mm256_blend_epi32,
     _mm256_castsi256_ps, _mm256_cmpgt_epi32, _mm256_cmpgt_epi64, _mm256_loadu_si256,

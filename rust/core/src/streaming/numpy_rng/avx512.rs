@@ -23,7 +23,8 @@
 //! the first unsure candidate settled without a branch (slower: it puts
 //! the settling on every batch's chain through `i`).
 
-use super::{judge, judge_each, leave_after, settle, Pcg64, PCG_MULT};
+use super::vector::{judge, judge_each, leave_after, settle};
+use super::{Pcg64, PCG_MULT};
 use std::arch::x86_64::{
     __m512i, _mm512_add_epi32, _mm512_add_epi64, _mm512_and_si512, _mm512_cmpgt_epu32_mask,
     _mm512_cmplt_epu64_mask, _mm512_mask_add_epi64, _mm512_mask_blend_epi32,
@@ -316,7 +317,7 @@ mod tests {
 
     #[test]
     fn lanes_step_like_the_lcg() {
-        if !super::super::avx512_walk_available() {
+        if !super::super::vector::avx512_walk_available() {
             eprintln!("no AVX-512: its walk is not tested on this CPU");
             return;
         }
