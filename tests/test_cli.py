@@ -426,3 +426,60 @@ def test_a_signal_while_the_command_starts_exits_as_documented(
     assert proc.returncode == code, stderr
     assert stderr.strip() == message
     assert not (tmp_path / "p").exists()
+
+
+_SIGNAL_IN_A_CALLBACK = """
+import importlib, os, signal, sys, weakref
+
+cli_main = importlib.import_module("epochplan.cli.main")
+
+build_parser = cli_main.build_parser
+signum = int(sys.argv.pop(1))
+
+
+def build_then_signal_inside_a_callback():
+    parser = build_parser()
+
+    class Box:
+        pass
+
+    box = Box()
+
+    def callback(_ref):
+        os.kill(os.getpid(), signum)
+        for _ in range(10_000):  # the handler runs here, inside the callback
+            pass
+
+    ref = weakref.ref(box, callback)
+    del box
+    return parser
+
+
+cli_main.build_parser = build_then_signal_inside_a_callback
+sys.exit(cli_main.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "message"),
+    [
+        (signal.SIGINT, 130, "epochplan: interrupted"),
+        (signal.SIGHUP, 129, "epochplan: terminated by SIGHUP"),
+    ],
+)
+def test_a_signal_handled_inside_a_callback_still_stops_the_command(
+    tmp_path: Path, sig: signal.Signals, code: int, message: str
+) -> None:
+    # Python drops an exception raised inside a weakref callback (the import
+    # system runs such callbacks, which is where a signal at start-up can
+    # land): the command must stop all the same, without the report.
+    command = ["plan", "-n", "1e6", "--out", str(tmp_path / "p")]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_IN_A_CALLBACK, str(int(sig)), *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_default_signals,
+    )
+    assert (proc.returncode, proc.stderr.strip()) == (code, message)
+    assert not (tmp_path / "p").exists()

@@ -14,8 +14,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sys import UnraisableHookArgs
 
 __all__ = ["build_parser", "main"]
 
@@ -53,22 +57,46 @@ class _Terminated(BaseException):
 
 
 @contextmanager
-def _unwind_on_termination() -> Iterator[None]:
+def _unwind_on_termination() -> Iterator[Callable[[], None]]:
+    """SIGTERM and SIGHUP raise :class:`_Terminated` while the block runs.
+
+    Python runs a signal's handler wherever the main thread is, also inside
+    a weakref callback or a ``__del__`` (the import system runs such
+    callbacks), where an exception is reported as "ignored" and dropped. The
+    block gets a function that raises such a dropped interruption (Ctrl-C's
+    too), to call where the program can stop; until then nothing of it is
+    printed.
+    """
     if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
+        yield lambda: None  # signal handlers can only be set from the main thread
         return
 
     def unwind(signum: int, _frame: object) -> None:
         raise _Terminated(signum)
+
+    dropped: list[BaseException] = []
+    report_unraisable = sys.unraisablehook
+
+    def keep_interruptions(unraisable: UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, _Terminated | KeyboardInterrupt):
+            dropped.append(unraisable.exc_value)
+        else:
+            report_unraisable(unraisable)
+
+    def raise_dropped() -> None:
+        if dropped:
+            raise dropped[0]
 
     # A signal already ignored stays ignored (SIGHUP under nohup, say).
     signals = [
         s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN
     ]
     previous = {s: signal.signal(s, unwind) for s in signals}
+    sys.unraisablehook = keep_interruptions
     try:
-        yield
+        yield raise_dropped
     finally:
+        sys.unraisablehook = report_unraisable
         for s, handler in previous.items():
             signal.signal(s, handler)
 
@@ -86,14 +114,16 @@ def main(argv: list[str] | None = None) -> int:
         # The handlers come first: importing the commands (numpy, the native
         # module) takes a few hundred milliseconds, and a signal then must exit
         # as documented too, not with a traceback or without a word.
-        with _unwind_on_termination():
+        with _unwind_on_termination() as raise_dropped:
             parser = build_parser()
             args = parser.parse_args(argv)
+            raise_dropped()
             if args.command is None:
                 parser.print_help()
                 return 2
             prog = f"{PROG} {args.command}"
             code = _run(args, prog)
+            raise_dropped()
         # Written out here, whatever the outcome, so that a closed pipe is met
         # below rather than at exit (stdout to a pipe is block-buffered).
         sys.stdout.flush()
