@@ -487,22 +487,23 @@ impl Generator {
     /// at `partners[top - i]` when given.
     fn walk_32(&mut self, top: usize, partners: Option<&mut [u32]>) {
         #[cfg(target_arch = "x86_64")]
-        if top >= VECTOR_WALK_MIN && avx512_walk_available() {
-            #[allow(unsafe_code)]
-            // SAFETY: `walk` only requires the instructions just detected.
-            unsafe {
-                avx512::walk(&mut self.bits, top, partners)
-            };
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if top >= VECTOR_WALK_MIN && vector_walk_available() {
-            #[allow(unsafe_code)]
-            // SAFETY: as above.
-            unsafe {
-                avx2::walk(&mut self.bits, top, partners)
-            };
-            return;
+        if top >= VECTOR_WALK_MIN {
+            if avx512_walk_available() {
+                #[allow(unsafe_code)]
+                // SAFETY: `walk` only requires the instructions just detected.
+                unsafe {
+                    avx512::walk(&mut self.bits, top, partners)
+                };
+                return;
+            }
+            if vector_walk_available() {
+                #[allow(unsafe_code)]
+                // SAFETY: as above.
+                unsafe {
+                    avx2::walk(&mut self.bits, top, partners)
+                };
+                return;
+            }
         }
         match partners {
             Some(partners) => self.fisher_yates_32(top, |i, v| {

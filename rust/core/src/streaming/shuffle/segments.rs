@@ -4,10 +4,10 @@
 //! Streaming's default for `py1e` is one canonical node per physical node, so
 //! on one machine a node holds the whole epoch, and its sort as one task
 //! would leave the pool idle. A node of at least two segments of
-//! [`segment_len`](super::py1e::segment_len) shifted positions, with pieces and shifts short beside a
-//! segment (see [`Py1eBlocks::segment_count`]), is planned instead: the
-//! generator's thread takes the epoch's generator past it,
-//! recording where each piece's shuffle and shifts start ([`Segments`]). Each
+//! [`segment_len`](super::py1e::segment_len) shifted positions, with pieces
+//! and shifts short beside a segment (see [`Py1eBlocks::segment_count`]), is
+//! planned instead: the generator's thread takes the epoch's generator past
+//! it, recording where each piece's shuffle and shifts start ([`Segments`]). Each
 //! segment's size is then counted from the few pieces whose shifted positions
 //! can straddle its ends, so each segment's task writes its own part of the
 //! output: it shuffles and shifts again every piece that can reach the
