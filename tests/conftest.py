@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import epochplan as ep
+from epochplan.planfile import write_plan
 
 # Streaming's own tests run against ours only on its sdist, which is not in
 # the repository: CI downloads it and names it here (see .ci/run).
@@ -19,6 +21,14 @@ def restore_threads() -> Iterator[None]:
     """Restores the default thread count after a test that changes it."""
     yield
     ep.set_num_threads(0)
+
+
+@pytest.fixture
+def plan_dir(tmp_path: Path) -> Path:
+    """A plan of 40,000 samples in steps of 1,000 on 4 ranks, epochs 0 and 1."""
+    out = tmp_path / "plan"
+    write_plan(out, 40_000, 1000, 4, epochs=(0, 1))
+    return out
 
 
 def _skipped(config: pytest.Config) -> list[str]:
