@@ -15,7 +15,7 @@
 //! only shows in `get` and `to_vec`). The parts of a random split are in the
 //! order of their keyed permutation.
 
-use crate::buffer::{vec_with_capacity, zeroed_ids};
+use crate::buffer::{prefetch, prefetch_once, vec_with_capacity, zeroed_ids};
 use crate::cipher::Cipher;
 use crate::error::{Error, Result};
 use crate::parallel;
@@ -332,10 +332,7 @@ impl Selection {
                 values.iter_mut().for_each(|v| *v += p.start as i64);
                 p.cipher.apply_in_place(values);
             }
-            Repr::Indices(i) => {
-                let ids = i.ids();
-                values.iter_mut().for_each(|v| *v = ids[*v as usize]);
-            }
+            Repr::Indices(i) => gather(i.ids(), values),
             Repr::Mask(m) => m.select_in_place(values),
             _ => values
                 .iter_mut()
@@ -490,6 +487,41 @@ fn set_range(words: &mut [u64], a: u64, b: u64) {
     }
 }
 
+/// How many reads ahead [`gather`] prefetches: enough to keep a core's
+/// misses in flight (16 to 64 measured within 5% of each other, 32 the
+/// fastest), few enough that a line arrives before it is evicted.
+const GATHER_AHEAD: usize = 32;
+
+/// From this size on, [`gather`]'s prefetches take the non-temporal hint
+/// ([`prefetch_once`]). A smaller array stays in the last-level cache from
+/// one call to the next, which that hint defeats: a rank's share over an
+/// index array of 9 * 10^6 ids (72 MB) took 0.011 s with it against 0.009
+/// s without, of 3.6 * 10^7 ids (288 MB) the same both ways, of 9 * 10^7
+/// ids (720 MB) 0.13 s against 0.15 s.
+const GATHER_ONCE_MIN_BYTES: usize = 1 << 28;
+
+/// Replaces each index `values[i]` (checked below `ids.len()`) by
+/// `ids[values[i]]`. The reads are random over the caller's array, which a
+/// large selection holds outside the cache, so each is prefetched
+/// [`GATHER_AHEAD`] positions before its use.
+fn gather(ids: &[i64], values: &mut [i64]) {
+    if std::mem::size_of_val(ids) >= GATHER_ONCE_MIN_BYTES {
+        gather_prefetching(ids, values, prefetch_once);
+    } else {
+        gather_prefetching(ids, values, prefetch);
+    }
+}
+
+#[inline(always)]
+fn gather_prefetching(ids: &[i64], values: &mut [i64], fetch: impl Fn(&i64)) {
+    for i in 0..values.len() {
+        if let Some(&ahead) = values.get(i + GATHER_AHEAD) {
+            fetch(&ids[ahead as usize]);
+        }
+        values[i] = ids[values[i] as usize];
+    }
+}
+
 /// Checks that every value is in `[0, len)`, naming the first that is not
 /// as `name[i]`.
 pub(crate) fn check_indices_below(values: &[i64], len: u64, name: &str) -> Result<()> {
@@ -573,6 +605,34 @@ mod tests {
             "{err}"
         );
         assert!(Selection::from_indices(vec![-1], 10).is_err());
+    }
+
+    #[test]
+    fn indices_map_each_position_to_its_id() {
+        // Lengths around the gather's prefetch distance, and a piece of the
+        // parallel split: every position is looked up, the last ones (with
+        // nothing left to prefetch) too.
+        let ids: Vec<i64> = (0..5000).map(|i| (i * 7919) % 5003).collect();
+        let sel = Selection::from_indices(ids.clone(), 5003).unwrap();
+        for len in [
+            0,
+            1,
+            GATHER_AHEAD - 1,
+            GATHER_AHEAD,
+            GATHER_AHEAD + 1,
+            4999,
+            5000,
+        ] {
+            let js: Vec<i64> = (0..len as i64).map(|j| (j * 31 + 7) % 5000).collect();
+            let expected: Vec<i64> = js.iter().map(|&j| ids[j as usize]).collect();
+            let mut values = js.clone();
+            sel.map_in_place(&mut values).unwrap();
+            assert_eq!(values, expected, "{len}");
+            // The prefetch of arrays too large for the cache, on a small one.
+            let mut values = js.clone();
+            gather_prefetching(&ids, &mut values, prefetch_once);
+            assert_eq!(values, expected, "{len}, read once");
+        }
     }
 
     #[test]
