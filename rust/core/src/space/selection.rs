@@ -609,9 +609,9 @@ mod tests {
 
     #[test]
     fn indices_map_each_position_to_its_id() {
-        // Lengths around the gather's prefetch distance, and a piece of the
-        // parallel split: every position is looked up, the last ones (with
-        // nothing left to prefetch) too.
+        // Lengths around the gather's prefetch distance, and the whole
+        // array: every position is looked up, the last ones (with nothing
+        // left to prefetch) too.
         let ids: Vec<i64> = (0..5000).map(|i| (i * 7919) % 5003).collect();
         let sel = Selection::from_indices(ids.clone(), 5003).unwrap();
         for len in [
