@@ -1,11 +1,21 @@
-"""The one exception of plan files."""
+"""The exceptions of plan files (see :mod:`epochplan.errors`, their home)."""
 
 from __future__ import annotations
 
-# Raised where the fault is found, in Rust or in Python: a ValueError naming
-# the file. An I/O fault is also the OSError of its kind (the native
-# PlanFileNotFoundError is both a PlanError and a FileNotFoundError, say),
-# with its errno and file name.
-from epochplan._native import PlanError
+from epochplan.errors import (
+    PlanError,
+    PlanFileExistsError,
+    PlanFileNotFoundError,
+    PlanOSError,
+    PlanPermissionError,
+    plan_os_error,
+)
 
-__all__ = ["PlanError"]
+__all__ = [
+    "PlanError",
+    "PlanFileExistsError",
+    "PlanFileNotFoundError",
+    "PlanOSError",
+    "PlanPermissionError",
+    "plan_os_error",
+]

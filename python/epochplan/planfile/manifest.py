@@ -9,21 +9,19 @@ sizes, paths, step count), so a reader trusts a ``Manifest`` it was given.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import epochplan._native as _native
-from epochplan._args import limit_label, size_label
+from epochplan._args import limit_label
+from epochplan._files import read_regular
 from epochplan._native import FORMAT_VERSION
 from epochplan._spec import PlanSpec
-from epochplan.planfile.errors import PlanError
+from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.space import SPACE_PLAN_FILE_VERSION, SpaceInfo
 from epochplan.planfile.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
 
@@ -151,11 +149,13 @@ class Manifest:
         """The manifest at ``path``, parsed, and its JSON as read."""
         try:
             raw = read_json(path)
-        except FileNotFoundError:
-            raise PlanError(
-                f"{path}: missing (not a plan directory, or an unfinished write)"
+        except FileNotFoundError as e:
+            raise plan_os_error(
+                f"{path}: missing (not a plan directory, or an unfinished write)", e
             ) from None
-        except (OSError, ValueError, RecursionError) as e:
+        except OSError as e:
+            raise plan_os_error(f"{path}: cannot read the manifest: {e.strerror or e}", e) from None
+        except (ValueError, RecursionError) as e:
             raise PlanError(f"{path}: cannot read the manifest: {e}") from None
         return cls.parse(raw, path), raw
 
@@ -329,13 +329,4 @@ def read_json(path: Path) -> Any:
     """The manifest's JSON. OSError if it is not a regular file of at most
     1 GiB (a FIFO would block the read, a link to /dev/zero never end),
     ValueError if it is not JSON."""
-    # Non-blocking, so that opening a FIFO returns at once.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        if st.st_size > _MAX_MANIFEST_BYTES:
-            raise OSError(errno.EFBIG, f"larger than {size_label(_MAX_MANIFEST_BYTES)}")
-        data = f.read()
-    return json.loads(data.decode())
+    return json.loads(read_regular(path, _MAX_MANIFEST_BYTES).decode())

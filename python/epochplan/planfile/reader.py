@@ -19,7 +19,7 @@ from epochplan._args import int_arg
 from epochplan._native import EpochPlan, Mixture, Selection
 from epochplan._system import is_local_filesystem
 from epochplan.planfile._checks import absolute, path_arg
-from epochplan.planfile.errors import PlanError
+from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
 from epochplan.planfile.space import SPACE_DIR
 from epochplan.planfile.tokens import TokenFile, TokenInfo
@@ -225,7 +225,7 @@ class RankFile:
         try:
             self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - held for reads
         except OSError as e:
-            raise PlanError(f"{path}: cannot open: {e.strerror or e}") from None
+            raise plan_os_error(f"{path}: cannot open: {e.strerror or e}", e) from None
 
     def read(self, start: int, stop: int) -> npt.NDArray[np.int64]:
         """Ids ``[start, stop)`` of the file (``0 <= start <= stop <= count``)."""
@@ -243,7 +243,7 @@ class RankFile:
                     )
                 done += got
         except OSError as e:
-            raise PlanError(f"{self.path}: cannot read: {e.strerror or e}") from None
+            raise plan_os_error(f"{self.path}: cannot read: {e.strerror or e}", e) from None
         ids.flags.writeable = False
         return ids
 

@@ -32,7 +32,7 @@ import numpy.typing as npt
 import epochplan._native as _native
 from epochplan._native import EpochPlan, Mixture, Selection
 from epochplan._space_spec import space_from_spec
-from epochplan.planfile.errors import PlanError
+from epochplan.planfile.errors import PlanError, plan_os_error
 
 __all__ = [
     "SPACE_DIR",
@@ -156,7 +156,7 @@ class SpaceInfo:
             try:
                 checksum = _native.file_checksum(path)
             except OSError as e:
-                raise PlanError(f"{path}: cannot read: {e.strerror or e}") from None
+                raise plan_os_error(f"{path}: cannot read: {e.strerror or e}", e) from None
             if checksum != entry.blake3:
                 raise PlanError(
                     f"{path}: its checksum is not the manifest's (the file was altered "

@@ -21,7 +21,7 @@ from epochplan._native import Mixture, MixtureEpoch, Selection
 from epochplan._system import available_memory
 from epochplan._version import __version__
 from epochplan.planfile._checks import Progress, absolute, path_arg, progress_arg
-from epochplan.planfile.errors import PlanError
+from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest import (
     MANIFEST,
     MAX_FILES,
@@ -305,8 +305,8 @@ def _prepare_output(
     try:
         lock = WriterLock(tmp)
     except BaseException:
+        # No lock was taken: only the fresh directory is left to remove.
         shutil.rmtree(tmp, ignore_errors=True)
-        lock.release()
         raise
     return tmp, lock
 
@@ -338,7 +338,7 @@ def _write_new_plan(
     try:
         tmp, lock = _prepare_output(out, force, spec, need)
     except OSError as e:
-        raise PlanError(f"{out}: cannot write there: {e.strerror or e}") from None
+        raise plan_os_error(f"{out}: cannot write there: {e.strerror or e}", e, out) from None
     total = sum(counts) * len(epoch_list)
     try:
         files: list[FileEntry] = []
@@ -417,7 +417,7 @@ def _write_new_plan(
         if e.filename is not None:
             with contextlib.suppress(ValueError):
                 where = out / Path(e.filename).relative_to(tmp)
-        raise PlanError(f"{where}: cannot write: {e.strerror or e}") from None
+        raise plan_os_error(f"{where}: cannot write: {e.strerror or e}", e, where) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         lock.release()
