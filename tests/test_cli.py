@@ -145,7 +145,7 @@ def test_closed_output_pipe_stops_quietly() -> None:
         (["plan", "-n", "abc"], 2, "expected a non-negative integer"),
         (["plan", "-n", "-5"], 2, "expected a non-negative integer"),
         (["plan", "-g", "0"], 2, "argument -g/--global-batch-size: must be in [1, 2**63 - 1]"),
-        (["plan", "-w", "1.5"], 2, "expected a non-negative integer"),
+        (["plan", "-w", "1.5"], 2, "expected a whole number, got '1.5'"),
         (["plan", "--kind", "fancy"], 2, "invalid choice"),
         (["plan", "-n", "10", "--kind", "chunked"], 2, "needs --chunk-size"),
         (["plan", "-n", "10", "--chunk-size", "3"], 2, "apply to --kind chunked only"),

@@ -25,9 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from epochplan._files import map_npy, read_regular
 from epochplan._native import Mixture, Selection, random_split
 
-__all__ = ["load_space", "space_from_spec", "split_space"]
+__all__ = ["MAX_SPEC_BYTES", "load_space", "space_from_spec", "split_space"]
+
+#: The largest space spec read (a spec holds ranges or names .npy files; a
+#: spec of millions of ranges takes tens of MB).
+MAX_SPEC_BYTES = 256 << 20
 
 _SELECTION_KEYS = {
     "ranges": {"ranges", "num_samples"},
@@ -42,14 +47,23 @@ def load_space(path: str | os.PathLike[str]) -> Selection | Mixture:
     """The space a JSON spec file describes."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = read_regular(path, MAX_SPEC_BYTES)
     except OSError as e:
         raise ValueError(f"cannot read the space spec {str(path)!r}: {e.strerror or e}") from None
     try:
-        spec = json.loads(text)
+        spec = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"the space spec {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"the space spec {str(path)!r} is not JSON: {e}") from None
-    return space_from_spec(spec, path.parent)
+    except RecursionError:
+        raise ValueError(f"the space spec {str(path)!r} is nested too deeply to read") from None
+    try:
+        return space_from_spec(spec, path.parent)
+    except RecursionError:  # pragma: no cover - json refuses such depths first
+        raise ValueError(f"the space spec {str(path)!r} is nested too deeply to read") from None
 
 
 def space_from_spec(spec: Any, base: Path, where: str = "spec") -> Selection | Mixture:
@@ -148,8 +162,12 @@ def _array(value: Any, base: Path, where: str) -> np.ndarray:
     path = base / value
     try:
         # Memory-mapped: a mask or id array of a large store is not read whole.
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
+        array, _ = map_npy(path)
+    except OSError as e:
+        raise ValueError(
+            f"{where}: cannot load {str(path)!r} as a .npy array: {e.strerror or e}"
+        ) from None
+    except ValueError as e:
         raise ValueError(f"{where}: cannot load {str(path)!r} as a .npy array: {e}") from None
     if array.ndim != 1:
         raise ValueError(f"{where} must be 1-d, got {array.ndim} dimensions in {str(path)!r}")

@@ -11,6 +11,7 @@ from typing import NoReturn
 
 import epochplan._native as _native
 from epochplan._args import limit_label
+from epochplan._files import map_npy
 
 __all__ = [
     "MAX_I64",
@@ -18,6 +19,7 @@ __all__ = [
     "Help",
     "Parser",
     "UsageError",
+    "check_npy_file",
     "count",
     "in_range",
     "path",
@@ -38,7 +40,7 @@ class Help(argparse.RawDescriptionHelpFormatter):
     pass
 
 
-_NUMBER = re.compile(r"^\s*(\d[\d_]*)\s*(?:(?:\*\*|\^)\s*(\d+)|[eE]\+?(\d+))?\s*$")
+_NUMBER = re.compile(r"^\s*(\d[\d_]*)(?:\.(\d*))?\s*(?:(?:\*\*|\^)\s*(\d+)|[eE]\+?(\d+))?\s*$")
 
 
 MAX_I64 = _native.MAX_SAMPLES
@@ -50,28 +52,34 @@ class UsageError(ValueError):
 
 
 def count(text: str) -> int:
-    """A non-negative integer, also written as ``1e9``, ``10**9``, ``10^9``, ``1_000``."""
+    """A non-negative integer, also written as ``1e9``, ``1.5e6``, ``10**9``,
+    ``10^9`` or ``1_000`` (a decimal point only where the value is whole)."""
     m = _NUMBER.match(text)
     if m is None:
         raise argparse.ArgumentTypeError(
             f"expected a non-negative integer (like 1000, 1e9), got {text[:40]!r}"
         )
-    digits = m.group(1).replace("_", "").lstrip("0") or "0"
+    shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
+    fraction = (m.group(2) or "").rstrip("0")
+    digits = (m.group(1).replace("_", "") + fraction).lstrip("0") or "0"
     if len(digits) > 40:
         # Far beyond any limit; also keeps huge numbers out of messages.
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}... is too large")
+        raise argparse.ArgumentTypeError(f"{shown} is too large")
     base = int(digits)
-    power, exponent = m.group(2), m.group(3)
-    if power is None and exponent is None:
-        return base
+    power, exponent = m.group(3), m.group(4)
+    if power is not None and fraction:
+        raise argparse.ArgumentTypeError(f"expected a whole number as the base, got {shown}")
     # A long exponent is read only after its length is checked (int() refuses
     # over 4,300 digits).
-    exp_digits = (power or exponent).lstrip("0") or "0"
+    exp_digits = (power or exponent or "0").lstrip("0") or "0"
     exp = int(exp_digits) if len(exp_digits) <= 3 else 1000
-    if exp > (64 if power is not None else 20):
-        shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
+    if exp > (64 if power is not None else 20 + len(fraction)):
         raise argparse.ArgumentTypeError(f"{shown} is too large")
-    return int(base**exp) if power is not None else int(base * 10**exp)
+    if power is not None:
+        return int(base**exp)
+    if exp < len(fraction):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown}")
+    return int(base * 10 ** (exp - len(fraction)))
 
 
 def path(text: str) -> Path:
@@ -81,6 +89,17 @@ def path(text: str) -> Path:
             "expected a path, got an empty string (use . for the current directory)"
         )
     return Path(text)
+
+
+def check_npy_file(flag: str, file: Path) -> None:
+    """A file argument that must be a readable ``.npy`` array: a UsageError
+    naming the flag (exit status 2, as for every argument) when it is not."""
+    try:
+        map_npy(file)
+    except OSError as e:
+        raise UsageError(f"{flag} {file}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UsageError(f"{flag} {file}: not a .npy array: {e}") from None
 
 
 def in_range(lo: int, hi: int) -> Callable[[str], int]:

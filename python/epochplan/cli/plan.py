@@ -16,6 +16,7 @@ from epochplan.cli.arguments import (
     MAX_U64,
     Help,
     UsageError,
+    check_npy_file,
     path,
     positive,
     samples,
@@ -194,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"{flag} needs --lengths")
     elif args.max_tokens is None and args.micro_batch_size is None:
         raise UsageError("--lengths needs --max-tokens, --micro-batch-size or both")
+    for flag, given in (("--lengths", args.lengths), ("--loss-tokens", args.loss_tokens)):
+        if given is not None:
+            check_npy_file(flag, given)
     if args.world_size * args.epochs > MAX_FILES:
         raise UsageError(
             f"--world-size * --epochs must be at most {MAX_FILES} files, "

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 import epochplan._native as _native
+from epochplan._files import map_npy
 from epochplan._spec import PlanSpec
 from epochplan.planfile._checks import path_arg
 from epochplan.planfile.manifest import FileEntry, rank_file_name
@@ -39,12 +40,12 @@ def array_source(value: Any, name: str) -> tuple[Any, str | None, str | None, in
     if isinstance(value, (str, os.PathLike)):
         path = Path(os.path.abspath(path_arg(value, name)))
         try:
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            array, offset = map_npy(path)
         except OSError as e:
             raise type(e)(e.errno, f"{name}: cannot read {str(path)!r}: {e.strerror}") from None
         except ValueError as e:
             raise ValueError(f"{name}: {str(path)!r} is not a .npy file of integers: {e}") from None
-        return array, str(path), array.dtype.str, int(array.offset)
+        return array, str(path), array.dtype.str, offset
     if isinstance(value, np.memmap) and isinstance(value.base, mmap.mmap) and value.filename:
         path = Path(os.path.abspath(value.filename))
         return value, str(path), value.dtype.str, int(value.offset)
