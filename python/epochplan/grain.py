@@ -29,7 +29,7 @@ from grain import MapDataset, RecordMetadata
 from grain.sharding import ShardOptions
 
 from epochplan._args import int_arg
-from epochplan._native import EpochPlan
+from epochplan._native import EpochPlan, MixtureEpoch, Selection
 
 __all__ = ["EpochPlanSampler", "Slot", "map_dataset"]
 
@@ -55,6 +55,15 @@ class _ShardLayout:
     def __init__(self, plan: EpochPlan, world_size: int, num_epochs: int | None) -> None:
         if not isinstance(plan, EpochPlan):
             raise TypeError(f"plan must be an epochplan.EpochPlan, got {type(plan).__name__}")
+        if plan.lengths is not None:
+            # A token plan deals each step by tokens: a shard's share is not
+            # the fixed ceil(G / W) slots that Grain's index arithmetic needs.
+            raise ValueError(
+                "plan must be a plan without lengths: a token plan deals its steps by tokens, "
+                "so shards hold different numbers of samples a step, which Grain's fixed "
+                "slots cannot carry (build the plan without lengths=, or feed the token "
+                "plan's micro_batches(rank, world_size, ...) to your own loader)"
+            )
         if num_epochs is not None:
             num_epochs = int_arg(num_epochs, "num_epochs", 1)
         self.plan = plan
@@ -92,14 +101,39 @@ class _ShardLayout:
     def _plan_of(self, epoch: int) -> EpochPlan:
         plan = self._plans.get(epoch)
         if plan is None:
-            if epoch == self.plan.epoch:
-                plan = self.plan
-            else:
-                plan = EpochPlan.from_state_dict({**self._state, "epoch": epoch, "cursor": 0})
+            plan = self.plan if epoch == self.plan.epoch else self._later_plan(epoch)
             self._plans[epoch] = plan
             if len(self._plans) > 2:
                 self._plans.popitem(last=False)
         return plan
+
+    def _later_plan(self, epoch: int) -> EpochPlan:
+        """The plan of a later epoch, from step 0, over the same space: a
+        selection as it is, a mixture's epoch continuing each source's passes
+        from where the previous epoch left them (as the samplers do)."""
+        p = self.plan
+        space: int | Selection | MixtureEpoch = p.num_samples
+        if isinstance(p.space, MixtureEpoch):
+            space = p.space
+            for e in range(p.epoch + 1, epoch + 1):
+                space = space.mixture.epoch(e, space.consumed_after)
+            # A mixture's order is its epoch's stratified arrangement: no kind.
+            return EpochPlan(
+                space, p.global_batch_size, seed=p.seed, epoch=epoch, drop_last=p.drop_last
+            )
+        if isinstance(p.space, Selection):
+            space = p.space
+        chunked = p.kind == "chunked"
+        return EpochPlan(
+            space,
+            p.global_batch_size,
+            seed=p.seed,
+            epoch=epoch,
+            kind=p.kind,
+            drop_last=p.drop_last,
+            chunk_size=p.chunk_size if chunked else None,
+            preload_nchunks=p.preload_nchunks if chunked else None,
+        )
 
     def step_slots(
         self, epoch: int, step: int, shard: int
@@ -135,6 +169,13 @@ class _ShardLayout:
         extra = ""
         if p.kind == "chunked":
             extra = f", chunk_size={p.chunk_size}, preload_nchunks={p.preload_nchunks}"
+        # Grain's checkpoints are matched by the sampler's repr: it names
+        # everything the records depend on, the space's digest included.
+        space = self._state.get("space")
+        if space is not None:
+            extra += f", space={space['kind']} {space['digest']}"
+            if "consumed" in space:
+                extra += f" from {space['consumed']}"
         return (
             f"num_records={p.num_samples}, global_batch_size={p.global_batch_size}, "
             f"seed={p.seed}, epoch={p.epoch}, kind={p.kind!r}{extra}, "
