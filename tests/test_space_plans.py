@@ -189,7 +189,7 @@ def test_states_record_the_space_and_refuse_another() -> None:
     with pytest.raises(ValueError, match="space must be given"):
         ep.EpochPlan.from_state_dict(state)
     other = ep.Selection.from_ranges([(1, 41)], 100)
-    with pytest.raises(ValueError, match="space differs from the state's: its digest"):
+    with pytest.raises(ValueError, match="space differs from the state's: it has as many ids"):
         ep.EpochPlan.from_state_dict(state, space=other)
     with pytest.raises(ValueError, match="space differs from the state's: it has 39 ids"):
         ep.EpochPlan.from_state_dict(state, space=ep.Selection.from_ranges([(0, 39)], 100))

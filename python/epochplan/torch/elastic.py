@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from collections.abc import Callable, Iterator, Sized
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +78,33 @@ def _num_samples_of(value: object, name: str) -> int:
     if not 0 <= n <= MAX_SAMPLES:
         raise ValueError(f"{name} must hold [0, 2**63 - 1] samples, got {n}")
     return n
+
+
+# torch's DataLoader and BatchSampler names, and what this sampler takes instead.
+_TORCH_NAMES = {
+    "batch_size": "global_batch_size= (samples per optimizer step over all ranks) and "
+    "micro_batch_size= (the most samples per micro-batch on a rank)",
+    "shuffle": "kind='identity' for the dataset's own order (every other kind shuffles)",
+    "sampler": "data_source_or_num_samples= (the dataset, N or an index space)",
+}
+
+P = ParamSpec("P")
+
+
+def _refuse_torch_names(init: Callable[P, None]) -> Callable[P, None]:
+    """``__init__`` with a pointer to this sampler's argument for the torch
+    names users bring from ``DataLoader`` (``batch_size=``), instead of
+    Python's bare "unexpected keyword argument"."""
+
+    @functools.wraps(init)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+        for name, instead in _TORCH_NAMES.items():
+            if name in kwargs:
+                owner = type(args[0]).__name__ if args else "ElasticBatchSampler"
+                raise TypeError(f"{owner}() takes no {name}=: give {instead}")
+        init(*args, **kwargs)
+
+    return checked
 
 
 class ElasticBatchSampler(Sampler[WeightedIndices]):
@@ -197,6 +225,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     preload_nchunks: _SpecField[int | None] = _SpecField()
     drop_last: _SpecField[bool] = _SpecField()
 
+    @_refuse_torch_names
     def __init__(
         self,
         data_source_or_num_samples: Sized | int | Selection | Mixture,
@@ -399,6 +428,13 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         its step. The sample count, global batch size, kind, chunk_size,
         preload_nchunks and drop_last must match this sampler's; the seed and
         epoch are taken from the state."""
+        if isinstance(state_dict, dict) and "yielded" in state_dict:
+            # A strided sampler's state counts indices yielded on one world size.
+            raise ValueError(
+                "state_dict is a DistributedSampler's state (it counts the indices one rank "
+                f"yielded), not an {type(self).__name__}'s: load it into the sampler that "
+                "saved it; this sampler resumes from its own state_dict(), the plan's state"
+            )
         try:
             tokens = self._tokens
             saved = EpochPlan.from_state_dict(

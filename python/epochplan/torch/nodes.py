@@ -13,6 +13,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from torchdata.nodes import BaseNode
 
+from epochplan._args import int_arg
+
 __all__ = ["SamplerWrapper"]
 
 T = TypeVar("T")
@@ -104,13 +106,13 @@ class SamplerWrapper(BaseNode[T], Generic[T]):  # type: ignore[misc]  # torchdat
         super().reset(initial_state)
         self._it = None
         if initial_state is not None:
-            epoch = initial_state[self.EPOCH_KEY]
+            epoch, num_yielded, sampler_state = self._checked_state(initial_state)
             # Sets the saved epoch first: a sampler then resumes the state as
             # saved, whatever set_epoch it was given before.
             self.sampler.set_epoch(epoch)
-            self.sampler.load_state_dict(initial_state[self.SAMPLER_KEY])
+            self.sampler.load_state_dict(sampler_state)
             self.epoch = epoch
-            self._num_yielded = initial_state[self.NUM_YIELDED_KEY]
+            self._num_yielded = num_yielded
             # Items of the saved epoch were taken: the next reset() moves on.
             self._started = self._num_yielded > 0
         else:
@@ -120,6 +122,40 @@ class SamplerWrapper(BaseNode[T], Generic[T]):  # type: ignore[misc]  # torchdat
             self._num_yielded = 0
             self._started = False
         self._it = iter(self.sampler)
+
+    def _checked_state(self, state: Any) -> tuple[int, int, dict[str, Any]]:
+        """``(epoch, num_yielded, sampler state)`` of a state :meth:`get_state`
+        gave; ValueError or TypeError naming the key for anything else."""
+        keys = (self.NUM_YIELDED_KEY, self.EPOCH_KEY, self.SAMPLER_KEY)
+        if not isinstance(state, dict):
+            raise TypeError(f"initial_state must be a dict, got {type(state).__name__}")
+        missing = [k for k in keys if k not in state]
+        unknown = sorted(map(str, state.keys() - set(keys)))
+        if missing or unknown:
+            what = f"is missing the keys {missing}" if missing else f"has unknown keys {unknown}"
+            raise ValueError(
+                f"initial_state {what}: a SamplerWrapper state holds exactly {list(keys)}"
+            )
+        epoch = int_arg(state[self.EPOCH_KEY], f"initial_state[{self.EPOCH_KEY!r}]", 0)
+        num_yielded = int_arg(
+            state[self.NUM_YIELDED_KEY], f"initial_state[{self.NUM_YIELDED_KEY!r}]", 0
+        )
+        sampler_state = state[self.SAMPLER_KEY]
+        if not isinstance(sampler_state, dict):
+            raise TypeError(
+                f"initial_state[{self.SAMPLER_KEY!r}] must be the sampler's state_dict(), "
+                f"got {type(sampler_state).__name__}"
+            )
+        # The sampler's state names its epoch too: two epochs in one state
+        # would resume one and skip or repeat the others.
+        saved = sampler_state.get("epoch")
+        if saved is not None and saved != epoch:
+            raise ValueError(
+                f"initial_state[{self.EPOCH_KEY!r}] is {epoch} but the sampler's state, "
+                f"initial_state[{self.SAMPLER_KEY!r}]['epoch'], is {saved!r}: the state "
+                "was altered or put together from two states"
+            )
+        return epoch, num_yielded, sampler_state
 
     def next(self) -> T:
         """The sampler's next item."""

@@ -178,8 +178,9 @@ impl EpochPlan {
             Given::Mixture { mixture, .. } => mixture.bind(py).len()? as u64,
         };
         // A mixture's epoch keeps its stratified arrangement (each step
-        // shuffled before dealing): its order is the identity. The default
-        // kind of every API, "cipher", is taken for it too.
+        // shuffled before dealing): its order is the identity. One rule
+        // (docs/concepts/index-spaces.md): every API's default kind,
+        // "cipher", and "identity" are taken; any other kind is refused.
         let mut kind = kind;
         if given.is_mixture() {
             if let Some(k) = kind.given() {
@@ -188,8 +189,9 @@ impl EpochPlan {
                     _ => {
                         return Err(PyValueError::new_err(format!(
                             "kind does not apply to a plan over a Mixture, got kind={}: its \
-                             epoch keeps the mixture's stratified arrangement (each step \
-                             shuffled before dealing); leave kind at its default",
+                             order is the mixture's stratified arrangement (each step \
+                             shuffled before dealing; plan.kind is 'identity'); leave kind \
+                             at its default 'cipher' or give 'identity'",
                             k.repr()?
                         )))
                     }

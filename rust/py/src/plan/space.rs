@@ -5,7 +5,7 @@
 use crate::args::{int_arg, MAX_I64};
 use crate::space::{Mixture, MixtureEpoch, Selection};
 use epochplan_core::space::Space;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Arc, OnceLock};
@@ -162,21 +162,53 @@ impl PlanSpace {
         let saved = saved.cast::<PyDict>().map_err(|_| {
             PyValueError::new_err("state['space'] must be a dict of kind, digest (and consumed)")
         })?;
-        for key in ["kind", "digest"] {
-            let want = mine.get_item(key)?;
-            let got = saved.get_item(key)?;
-            let same = match (&want, &got) {
-                (Some(a), Some(b)) => a.eq(b)?,
-                _ => false,
-            };
-            if !same {
+        // The keys this space's state has, no more: a key the plan does not
+        // read would be silently ignored.
+        for key in saved.keys() {
+            if !mine.contains(&key)? {
                 return Err(PyValueError::new_err(format!(
-                    "space differs from the state's: its {key} is {}, the state's {}",
-                    want.map(|v| v.to_string()).unwrap_or_default(),
-                    got.map(|v| v.to_string())
-                        .unwrap_or_else(|| "missing".into())
+                    "state['space'] has an unknown key {key}: a {} plan's holds {}",
+                    mine.get_item("kind")?
+                        .map(|k| k.to_string())
+                        .unwrap_or_default(),
+                    mine.keys()
                 )));
             }
+        }
+        for key in ["kind", "digest"] {
+            let want = mine.get_item(key)?;
+            let Some(got) = saved.get_item(key)? else {
+                return Err(PyValueError::new_err(format!(
+                    "state['space'] is missing the key '{key}'"
+                )));
+            };
+            if !got.is_instance_of::<pyo3::types::PyString>() {
+                return Err(PyTypeError::new_err(format!(
+                    "state['space']['{key}'] must be a str, got {}",
+                    got.get_type().name()?
+                )));
+            }
+            let same = match &want {
+                Some(a) => a.eq(&got)?,
+                None => false,
+            };
+            if same {
+                continue;
+            }
+            let want = want.map(|v| v.to_string()).unwrap_or_default();
+            return Err(PyValueError::new_err(if key == "kind" {
+                format!(
+                    "space differs from the state's: the state was saved over a {got}, \
+                     this plan is over a {want}"
+                )
+            } else {
+                format!(
+                    "space differs from the state's: it has as many ids as the state's \
+                     space, but other ids or another order (another split, selection or \
+                     mixture; its digest is {want}, the state's {got}): give space= the \
+                     space the state was saved with"
+                )
+            }));
         }
         Ok(())
     }
