@@ -25,6 +25,7 @@
 //! spaces are in `tests/golden/spaces_v1.txt`, frozen like the others.
 
 mod digest;
+mod distinct;
 mod interleave;
 mod mask;
 mod mixture;

@@ -166,8 +166,9 @@ impl Selection {
 
     /// [`Selection::from_indices`] over an array shared with its owner, kept
     /// without a copy. Checking it reads it once; checking an array that is
-    /// not ascending also takes `min(num_samples / 8, 8 * len)` bytes for the
-    /// time of the check.
+    /// not ascending reads it about nine times more at most, with a
+    /// temporary of an eighth of its size (64 MiB at least; see
+    /// `space::distinct`).
     pub fn from_shared_indices(ids: SharedIds, num_samples: u64) -> Result<Selection> {
         check_num_samples(num_samples)?;
         let ascending = check_indices((*ids).as_ref(), num_samples)?;
@@ -546,33 +547,9 @@ fn check_indices(ids: &[i64], num_samples: u64) -> Result<bool> {
     if ids.windows(2).all(|w| w[0] < w[1]) {
         return Ok(true);
     }
-    let repeated = |i: usize| {
-        Error::Value(format!(
-            "ids must be distinct: ids[{i}] = {} appears earlier",
-            ids[i]
-        ))
-    };
-    if num_samples / 8 <= (ids.len() as u64).saturating_mul(8) {
-        let mut seen = BitMask::clear_words(num_samples)?;
-        for (i, &id) in ids.iter().enumerate() {
-            let (w, bit) = ((id / 64) as usize, 1u64 << (id % 64));
-            if seen[w] & bit != 0 {
-                return Err(repeated(i));
-            }
-            seen[w] |= bit;
-        }
-    } else {
-        let mut sorted = crate::buffer::copy_of(ids, "a sorted copy of ids")?;
-        sorted.sort_unstable();
-        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            // The second occurrence of the smallest repeated id.
-            let first = ids.iter().position(|&v| v == w[0]).unwrap_or(0);
-            let i = ids[first + 1..]
-                .iter()
-                .position(|&v| v == w[0])
-                .map_or(first, |k| first + 1 + k);
-            return Err(repeated(i));
-        }
+    let budget = super::distinct::budget_for(ids.len());
+    if let Some(i) = super::distinct::first_repeat(ids, num_samples, budget)? {
+        return Err(super::distinct::repeated_error(ids, i));
     }
     Ok(false)
 }

@@ -378,7 +378,10 @@ impl Selection {
     /// An int64 C-contiguous numpy array (a memory map too) is kept without
     /// a copy: the selection reads it in place, so do not write to it
     /// afterwards (its ids were checked once). Other integer arrays and
-    /// lists are copied as int64.
+    /// lists are copied as int64. Checking that the ids are distinct reads
+    /// the array once when it is ascending; otherwise about nine times at
+    /// most, with a temporary of an eighth of its size (64 MiB at least),
+    /// never a copy of it.
     ///
     /// Args:
     ///     ids: a 1-d integer array of distinct ids in ``[0, num_samples)``.
