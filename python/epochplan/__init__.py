@@ -5,19 +5,21 @@ sample once), equal-step (every rank the same number of steps and
 micro-batches), elastic (the same global batches for any world size) and
 resumable, computed in Rust.
 
-The names below are loaded on first use, so that ``import epochplan`` (and
-the ``epochplan`` command, before it handles signals) does not wait for numpy
-and the native module.
+The names below, ``__version__`` too, are loaded on first use, so that
+``import epochplan`` imports nothing: neither numpy and the native module
+nor ``typing`` and ``importlib.metadata``. The ``epochplan`` command runs
+this module before it can handle signals, so a Ctrl-C there would print a
+traceback.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-from epochplan._version import __version__ as __version__
+# typing.TYPE_CHECKING without importing typing (type checkers take the name).
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from epochplan._native import (
         FORMAT_VERSION,
         MAX_SAMPLES,
@@ -36,10 +38,12 @@ if TYPE_CHECKING:
     from epochplan._space_spec import load_space
     from epochplan._split import split
     from epochplan._types import MicroBatch
+    from epochplan._version import __version__ as __version__
     from epochplan._workers import worker_shard
 
 # Each public name and the module that defines it.
 _HOMES = {
+    "__version__": "epochplan._version",
     "FORMAT_VERSION": "epochplan._native",
     "MAX_SAMPLES": "epochplan._native",
     "EpochPlan": "epochplan._native",
@@ -84,10 +88,12 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'epochplan' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # later lookups do not come here
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *__all__, "__version__"})

@@ -9,17 +9,20 @@ tracebacks.
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+
+# The console script imports this module before main() can handle a
+# signal, so it imports nothing Python has not loaded at start-up (os and
+# sys); the rest is imported inside main(). typing.TYPE_CHECKING without
+# typing (type checkers take the name):
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
     from sys import UnraisableHookArgs
+    from types import TracebackType
 
 __all__ = ["build_parser", "main"]
 
@@ -56,8 +59,7 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-@contextmanager
-def _unwind_on_termination() -> Iterator[Callable[[], None]]:
+class _UnwindOnTermination:
     """SIGTERM and SIGHUP raise :class:`_Terminated` while the block runs.
 
     Python runs a signal's handler wherever the main thread is, also inside
@@ -67,38 +69,54 @@ def _unwind_on_termination() -> Iterator[Callable[[], None]]:
     too), to call where the program can stop; until then nothing of it is
     printed.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None  # signal handlers can only be set from the main thread
-        return
 
-    def unwind(signum: int, _frame: object) -> None:
-        raise _Terminated(signum)
+    def __init__(self) -> None:
+        self._dropped: list[BaseException] = []
+        self._previous: dict[int, object] = {}
+        self._report_unraisable = sys.unraisablehook
+        self._active = False
 
-    dropped: list[BaseException] = []
-    report_unraisable = sys.unraisablehook
+    def __enter__(self) -> Callable[[], None]:
+        import signal
+        import threading
 
-    def keep_interruptions(unraisable: UnraisableHookArgs) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None  # signal handlers can only be set from the main thread
+        self._active = True
+        # A signal already ignored stays ignored (SIGHUP under nohup, say).
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                self._previous[s] = signal.signal(s, _unwind)
+        sys.unraisablehook = self._keep_interruptions
+        return self._raise_dropped
+
+    def _keep_interruptions(self, unraisable: UnraisableHookArgs) -> None:
         if isinstance(unraisable.exc_value, _Terminated | KeyboardInterrupt):
-            dropped.append(unraisable.exc_value)
+            self._dropped.append(unraisable.exc_value)
         else:
-            report_unraisable(unraisable)
+            self._report_unraisable(unraisable)
 
-    def raise_dropped() -> None:
-        if dropped:
-            raise dropped[0]
+    def _raise_dropped(self) -> None:
+        if self._dropped:
+            raise self._dropped[0]
 
-    # A signal already ignored stays ignored (SIGHUP under nohup, say).
-    signals = [
-        s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN
-    ]
-    previous = {s: signal.signal(s, unwind) for s in signals}
-    sys.unraisablehook = keep_interruptions
-    try:
-        yield raise_dropped
-    finally:
-        sys.unraisablehook = report_unraisable
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if not self._active:
+            return
+        import signal
+
+        sys.unraisablehook = self._report_unraisable
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)  # type: ignore[arg-type]
+
+
+def _unwind(signum: int, _frame: object) -> None:
+    raise _Terminated(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         # The handlers come first: importing the commands (numpy, the native
         # module) takes a few hundred milliseconds, and a signal then must exit
         # as documented too, not with a traceback or without a word.
-        with _unwind_on_termination() as raise_dropped:
+        with _UnwindOnTermination() as raise_dropped:
             parser = build_parser()
             args = parser.parse_args(argv)
             raise_dropped()
@@ -132,12 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except _Terminated as e:
+        import signal
+
         print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
         return 128 + e.signum
     except BrokenPipeError:
         # The reader of the output went away (``epochplan permute | head``):
         # stop quietly, as a tool killed by SIGPIPE would, without a second
         # error when Python flushes stdout at exit.
+        import signal
+
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
