@@ -62,7 +62,13 @@ class PlanDirectory:
     @property
     def space(self) -> Selection | Mixture | None:
         """The index space the plan permutes, rebuilt from the directory
-        (None for ``range(num_samples)``): the rank files hold its ids."""
+        (None for ``range(num_samples)``): the rank files hold its ids.
+
+        An index array's ids (``space/indices.npy``) are read through a
+        memory map of the file, checked against its checksum when the plan
+        was opened: as with :meth:`rank_ids`, the file must not be cut short
+        while the space is in use (the process would be killed by SIGBUS).
+        :class:`~epochplan.torch.PlanSampler` does not read it."""
         return self.spec.space
 
     @property
