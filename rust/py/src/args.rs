@@ -272,8 +272,12 @@ pub fn int64_array(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<(Vec<i
     }
     // A view larger than memory (a broadcast one, say) fails to copy here:
     // numpy's MemoryError, or ValueError for a size beyond its range.
+    // Contiguous and aligned (a view at an odd byte offset, as
+    // `np.frombuffer(..., offset=...)` makes, is copied).
+    let requirements = pyo3::types::PyDict::new(py);
+    requirements.set_item("requirements", ["C", "A"])?;
     let arr = np
-        .call_method1("ascontiguousarray", (arr, np.getattr("int64")?))
+        .call_method("require", (arr, np.getattr("int64")?), Some(&requirements))
         .map_err(|e| {
             if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
                 || e.is_instance_of::<PyValueError>(py)
