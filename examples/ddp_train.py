@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from epochplan.audit import ConsumptionLog
 from epochplan.torch import ElasticBatchSampler
 
 
@@ -57,6 +58,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", help="where --stop-after-steps saves")
     parser.add_argument("--stop-after-steps", type=int, help="save and exit after this step count")
     parser.add_argument("--resume", help="a checkpoint to resume from (any number of ranks)")
+    parser.add_argument(
+        "--consumption-log", help="a directory for each rank's log of what it trained on"
+    )
     args = parser.parse_args()
 
     # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
@@ -103,6 +107,11 @@ def main() -> None:
         sampler.load_state_dict(ckpt["sampler"])
         start_epoch = sampler.epoch
 
+    # What this rank trains on, for `epochplan audit` (one file a process;
+    # a commit with each checkpoint marks what a resume keeps).
+    log = None
+    if args.consumption_log:
+        log = ConsumptionLog.for_sampler(args.consumption_log, sampler)
     steps_done = 0
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a no-op for the epoch a resumed state is in
@@ -124,6 +133,8 @@ def main() -> None:
                 loss = (w * per_sample_loss).sum()
                 loss.backward()
             loss_sum += loss.detach()
+            if log is not None:
+                log.record_batch(epoch, batch)
             counts[batch.indices[batch.sample_weight > 0].to(counts.device)] += 1
             if batch.step_end:
                 optimizer.step()
@@ -134,6 +145,8 @@ def main() -> None:
                     # Save after an optimizer step: the state resumes with the next step.
                     # (With workers the sampler runs ahead of this loop, so ask for the
                     # state at this step explicitly.)
+                    if log is not None:
+                        log.commit(sampler.state_dict_at_step(batch.step + 1))
                     if rank == 0 and args.checkpoint:
                         torch.save(
                             {
@@ -159,6 +172,8 @@ def main() -> None:
                 f"each once: {once}, mean step loss {float(loss_sum) / world / max(steps, 1):.6f}",
                 flush=True,
             )
+    if log is not None:
+        log.commit(sampler.state_dict_at_step(sampler.plan.num_steps))
     if rank == 0:
         # Every digit, for comparing runs on different numbers of ranks.
         weights = " ".join(repr(v) for v in model.weight.reshape(-1).tolist())

@@ -33,19 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser. Imports the commands, and with them
     numpy and the native module."""
     from epochplan._version import __version__
-    from epochplan.cli import bench, permute, plan, verify
+    from epochplan.cli import audit, bench, permute, plan, verify
     from epochplan.cli.arguments import Help, Parser
 
     parser = Parser(
         prog=PROG,
         description="epochplan: exact, equal-step, elastic epoch plans.\n\n"
         "examples:\n  epochplan plan\n  epochplan plan -n 1e8 -g 1024 -w 8 --out plan/\n"
-        "  epochplan verify plan/\n  epochplan permute\n  epochplan bench --sizes 1e6 1e7",
+        "  epochplan verify plan/\n  epochplan audit logs/\n  epochplan permute\n"
+        "  epochplan bench --sizes 1e6 1e7",
         formatter_class=Help,
     )
     parser.add_argument("--version", action="version", version=f"epochplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for command in (plan, verify, permute, bench):
+    for command in (plan, verify, audit, permute, bench):
         command.add_parser(sub)
     return parser
 

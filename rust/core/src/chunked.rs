@@ -163,6 +163,23 @@ impl Chunked {
         }
     }
 
+    /// The position of sample `id` (< n): the inverse of [`Chunked::apply`].
+    pub fn invert(&self, id: u64) -> u64 {
+        let chunk = id / self.chunk_size;
+        let slot = self.chunk_order.invert(chunk);
+        let j = slot / self.preload_nchunks;
+        let holds_short = self.deficit > 0 && j == self.short_window();
+        let offset = if holds_short && chunk == self.num_chunks - 1 {
+            // The short chunk comes after the window's full chunks.
+            (self.window_len(j) / self.chunk_size) * self.chunk_size + id % self.chunk_size
+        } else {
+            // The full chunks of a window holding the short one skip its slot.
+            let skipped = u64::from(holds_short && slot > self.short_slot);
+            (slot - j * self.preload_nchunks - skipped) * self.chunk_size + id % self.chunk_size
+        };
+        self.window_start(j) + self.window_cipher(j).invert(offset)
+    }
+
     /// The chunk that sample `id` lives in.
     pub fn chunk_of(&self, id: u64) -> u64 {
         id / self.chunk_size

@@ -58,6 +58,20 @@ impl StepShare {
         let len = base + u64::from(m < extra);
         (start, start + len)
     }
+
+    /// The micro-batch holding the `k`-th real sample of the share (`k <
+    /// count`): the inverse of [`StepShare::micro_batch_range`].
+    pub fn micro_batch_of(&self, k: u64) -> u64 {
+        let parts = self.micro_batches;
+        let (base, extra) = (self.count / parts, self.count % parts);
+        // The first `extra` micro-batches hold `base + 1` samples each.
+        let long = extra * (base + 1);
+        if k < long {
+            k / (base + 1)
+        } else {
+            extra + (k - long) / base
+        }
+    }
 }
 
 /// The order-free part of an epoch's plan.

@@ -1,15 +1,29 @@
 //! epochplan-core: which sample every rank of a data-parallel job sees at every
 //! optimizer step, as plain deterministic integer functions.
 //!
+//! Orders (which sample is at each position of an epoch):
+//! - [`keys`]: the keys of every keyed function, from `(seed, epoch, domain)`.
 //! - [`cipher`]: a keyed O(1) bijection of `[0, n)` for any `n < 2^63`.
 //! - [`shuffle`]: an exactly uniform permutation (parallel scatter shuffle).
 //! - [`chunked`]: an I/O-local order for chunked storage.
 //! - [`order`]: the order of an epoch, by kind.
-//! - [`split`]: dealing positions to ranks.
+//! - [`space`]: index spaces (selections, random splits, mixtures).
+//!
+//! Plans (which rank gets each position, in which micro-batch, with which
+//! weight):
+//! - [`split`]: contiguous shares of a range (`epochplan.split`).
 //! - [`dealing`]: dealing a step's positions to ranks.
+//! - [`tokens`]: token plans: balanced dealing and capped micro-batches.
 //! - [`layout`]: an epoch's steps, shares, micro-batch cuts and weights.
 //! - [`plan`]: exact, equal-step, weighted, elastic epoch plans (a layout and an order).
+//! - [`locate`]: where sample ids are in a plan (its inverse).
 //! - [`planfile`]: plans written to and verified from `.npy` files.
+//! - [`audit`]: the exactly-once audit's bitmap of consumed ids.
+//!
+//! Beside them: [`streaming`] (MosaicML Streaming's partitioner and
+//! shuffles, bit for bit), [`buffer`] (fallible large allocations),
+//! [`parallel`] (the thread pool's pieces, the same result on any thread
+//! count) and [`error`] (the one error enum).
 //!
 //! The only `unsafe` is the calls into builds of hot loops for instructions
 //! beyond baseline x86-64 (AVX2, AVX-512, BMI2) after the CPU was seen to
@@ -21,6 +35,7 @@
 //! `SAFETY` comment.
 #![deny(unsafe_code)]
 
+pub mod audit;
 pub mod buffer;
 pub mod chunked;
 pub mod cipher;
@@ -28,6 +43,7 @@ pub mod dealing;
 pub mod error;
 pub mod keys;
 pub mod layout;
+pub mod locate;
 pub mod order;
 pub mod parallel;
 pub mod plan;

@@ -184,6 +184,38 @@ impl Order {
         parallel::for_each_piece(values, parallel::PIECE, |_, v| self.map_slice(v));
     }
 
+    /// Replaces every sample id in `values` (each in `[0, len())`) by its
+    /// position: the inverse of [`Order::map_slice`], in parallel for large
+    /// inputs. A uniform order has no inverse table: its table is read once
+    /// for the whole batch.
+    pub fn invert_slice(&self, values: &mut [i64]) {
+        match &self.map {
+            Map::Identity => {}
+            Map::Cipher(c) => parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
+                piece
+                    .iter_mut()
+                    .for_each(|v| *v = c.invert(*v as u64) as i64)
+            }),
+            Map::Chunked(c) => parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
+                piece
+                    .iter_mut()
+                    .for_each(|v| *v = c.invert(*v as u64) as i64)
+            }),
+            Map::Table(t) => {
+                let mut wanted: std::collections::HashMap<i64, Vec<usize>> =
+                    std::collections::HashMap::with_capacity(values.len());
+                for (i, &id) in values.iter().enumerate() {
+                    wanted.entry(id).or_default().push(i);
+                }
+                for (position, id) in t.iter().enumerate() {
+                    if let Some(at) = wanted.get(id) {
+                        at.iter().for_each(|&i| values[i] = position as i64);
+                    }
+                }
+            }
+        }
+    }
+
     /// The ids at arbitrary positions; every position must be in `[0, len())`.
     pub fn take(&self, positions: &[i64]) -> Result<Vec<i64>> {
         if let Some(&bad) = positions.iter().find(|&&p| p < 0 || p as u64 >= self.n) {

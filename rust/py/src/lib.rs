@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 mod args;
+mod audit;
 mod errors;
 mod layout;
 mod lengths;
@@ -37,6 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(permutation::split_range, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(permutation::get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(audit::mark_ids, m)?)?;
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
     planfile::register(m)?;

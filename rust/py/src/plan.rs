@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::{Arc, OnceLock};
 
+mod locate;
 mod micro;
 pub(crate) mod space;
 mod state;
@@ -680,6 +681,77 @@ impl EpochPlan {
                 Ok(total)
             }
         }
+    }
+
+    /// The position in this epoch of each sample id (store ids, a 1-d
+    /// integer array or one id), -1 where the epoch does not hold it: the
+    /// inverse of the plan's order and space, without building the epoch
+    /// (see :meth:`locate`).
+    fn positions_of<'py>(
+        &self,
+        py: Python<'py>,
+        sample_ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (ids, shape) =
+            crate::args::int64_array(sample_ids, "sample_ids")?.ok_or_else(|| {
+                PyValueError::new_err("sample_ids must be sample ids, got a value outside int64")
+            })?;
+        let plan = self.plan(py)?;
+        let positions = py.detach(|| plan.positions_of(&ids)).py()?;
+        positions.into_pyarray(py).call_method1("reshape", (shape,))
+    }
+
+    /// Where sample ids are in this epoch, without building it.
+    ///
+    /// Args:
+    ///     sample_ids: store ids (a 1-d integer array, or one id).
+    ///     world_size: the ranks the epoch is dealt to.
+    ///     micro_batch_size, max_tokens: the micro-batch caps, as for
+    ///         :meth:`micro_batches`.
+    ///
+    /// Returns:
+    ///     ``(positions, steps, ranks, micro_batches)``: int64 arrays of the
+    ///     ids' shape, -1 for an id the epoch does not hold (outside its
+    ///     space, or in the short step ``drop_last`` drops). The step counts
+    ///     from the epoch's start, whatever the plan's cursor. See the
+    ///     offline-plans guide for the cost of each kind and space.
+    ///
+    /// Examples:
+    ///     >>> plan = EpochPlan(10, 4, seed=1)
+    ///     >>> pos, step, rank, mb = plan.locate([int(plan.step_indices(2, 1, 2)[0])], 2, 1)
+    ///     >>> int(step[0]), int(rank[0]), int(mb[0])
+    ///     (2, 1, 0)
+    #[pyo3(signature = (sample_ids, world_size, micro_batch_size = None, *, max_tokens = None))]
+    fn locate<'py>(
+        &self,
+        py: Python<'py>,
+        sample_ids: &Bound<'py, PyAny>,
+        world_size: &Bound<'py, PyAny>,
+        micro_batch_size: Option<&Bound<'py, PyAny>>,
+        max_tokens: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
+        let caps = self.caps(micro_batch_size, max_tokens)?;
+        let (ids, shape) =
+            crate::args::int64_array(sample_ids, "sample_ids")?.ok_or_else(|| {
+                PyValueError::new_err("sample_ids must be sample ids, got a value outside int64")
+            })?;
+        let plan = self.plan(py)?;
+        let located = self.locate_ids(py, &plan, &ids, w, caps)?;
+        let shaped = |values: Vec<i64>| -> PyResult<Bound<'py, PyAny>> {
+            values
+                .into_pyarray(py)
+                .call_method1("reshape", (shape.clone(),))
+        };
+        PyTuple::new(
+            py,
+            [
+                shaped(located.positions)?,
+                shaped(located.steps)?,
+                shaped(located.ranks)?,
+                shaped(located.micro_batches)?,
+            ],
+        )
     }
 
     /// The micro-batches of one step: a list of (indices, weights) pairs.

@@ -122,6 +122,11 @@ impl Ranges {
         &self.ranges
     }
 
+    /// The number of ids in the ranges before range `k`.
+    pub fn before(&self, k: usize) -> u64 {
+        self.before[k]
+    }
+
     /// The `j`-th id; `j < len()` is the caller's contract.
     #[inline]
     pub fn id_at(&self, j: u64) -> u64 {

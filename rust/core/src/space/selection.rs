@@ -303,6 +303,52 @@ impl Selection {
         }
     }
 
+    /// Replaces every id in `values` (each in `[0, num_samples)`) by its
+    /// index in the selection, or -1 when it is not selected: the inverse
+    /// of [`Selection::map_in_place`]. O(1) for masks and random-split parts,
+    /// O(log ranges) for ranges, O(log len) for ascending indices; other
+    /// indices read the array once for the whole batch.
+    pub fn index_of_slice(&self, values: &mut [i64]) {
+        match &self.repr {
+            Repr::Ranges(r) => values.iter_mut().for_each(|v| {
+                let id = *v as u64;
+                let k = r.ranges().partition_point(|&(_, stop)| stop <= id);
+                *v = match r.ranges().get(k) {
+                    Some(&(start, _)) if start <= id => (r.before(k) + id - start) as i64,
+                    _ => -1,
+                };
+            }),
+            Repr::Mask(m) => values.iter_mut().for_each(|v| {
+                let id = *v as u64;
+                *v = if m.bit(id) { m.rank(id) as i64 } else { -1 };
+            }),
+            Repr::Indices(i) if i.ascending => values.iter_mut().for_each(|v| {
+                *v = i.ids().binary_search(v).map_or(-1, |j| j as i64);
+            }),
+            Repr::Indices(i) => {
+                let mut wanted: std::collections::HashMap<i64, Vec<usize>> =
+                    std::collections::HashMap::with_capacity(values.len());
+                for (k, &id) in values.iter().enumerate() {
+                    wanted.entry(id).or_default().push(k);
+                }
+                values.iter_mut().for_each(|v| *v = -1);
+                for (j, id) in i.ids().iter().enumerate() {
+                    if let Some(at) = wanted.get(id) {
+                        at.iter().for_each(|&k| values[k] = j as i64);
+                    }
+                }
+            }
+            Repr::Permuted(p) => values.iter_mut().for_each(|v| {
+                let at = p.cipher.invert(*v as u64);
+                *v = if at >= p.start && at - p.start < p.len {
+                    (at - p.start) as i64
+                } else {
+                    -1
+                };
+            }),
+        }
+    }
+
     /// Writes the `js[i]`-th id to `out[i]`, for every `i`; every `js[i]`
     /// must be in `[0, len())`. Parallel for large inputs, with the same
     /// result on any thread count.
