@@ -269,6 +269,7 @@ def write_epoch_files(
     progress: Callable[[int], object] | None = None,
     display_paths: list[str] | None = None,
     space: Selection | Mixture | MixtureEpoch | None = None,
+    ranks: list[int] | None = None,
 ) -> list[tuple[int, int, str]]: ...
 def verify_epoch_files(
     paths: list[str],
@@ -281,6 +282,7 @@ def verify_epoch_files(
     progress: Callable[[int], object] | None = None,
     compare_ids: bool = False,
     space: Selection | Mixture | MixtureEpoch | None = None,
+    ranks: list[int] | None = None,
 ) -> bool: ...
 def map_ids(path: str, offset: int, count: int) -> npt.NDArray[np.int64]: ...
 def file_checksum(path: str | os.PathLike[str]) -> str: ...

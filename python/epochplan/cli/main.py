@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser. Imports the commands, and with them
     numpy and the native module."""
     from epochplan._version import __version__
-    from epochplan.cli import audit, bench, permute, plan, verify
+    from epochplan.cli import audit, bench, parts, permute, plan, verify
     from epochplan.cli.arguments import Help, Parser
 
     parser = Parser(
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for command in (plan, verify, audit, permute, bench):
         command.add_parser(sub)
+    parts.add_merge_parser(sub)
     return parser
 
 

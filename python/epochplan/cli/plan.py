@@ -22,6 +22,7 @@ from epochplan.cli.arguments import (
     samples,
     seed_or_epoch,
 )
+from epochplan.cli.parts import add_part_argument, part_from_args, run_part
 from epochplan.cli.progress import peak_rss_bytes, progress_bar, rate_text, show_progress
 from epochplan.cli.space import add_space_arguments, describe_space, space_from_args
 from epochplan.planfile import MAX_FILES, PlanError, PlanSpec, verify_plan, write_plan
@@ -158,6 +159,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip verifying after writing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     add_space_arguments(p)
+    add_part_argument(p)
     p.set_defaults(run=run)
 
 
@@ -212,6 +214,18 @@ def run(args: argparse.Namespace) -> int:
     num_samples = args.num_samples if args.num_samples is not None else 10**9
     if space is not None:
         num_samples = len(space)
+    part = part_from_args(args)
+    if part is not None:
+        kind_args = {"chunk_size": args.chunk_size, "preload_nchunks": args.preload_nchunks}
+        spec = PlanSpec.checked(
+            num_samples if space is None else space,
+            args.global_batch_size,
+            seed=args.seed,
+            kind=args.kind,
+            drop_last=args.drop_last,
+            **kind_args,
+        )
+        return run_part(args, part, spec, range(args.epoch, args.epoch + args.epochs))
     temp_root = None
     out = args.out
     if out is None:

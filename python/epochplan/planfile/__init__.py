@@ -18,7 +18,9 @@ interrupted write never leaves a directory at ``DIR``.
 The modules: :mod:`~epochplan.planfile.manifest` (the format, parsed and
 checked once), :mod:`~epochplan.planfile.write`, :mod:`~epochplan.planfile.publish`
 (atomic publication), :mod:`~epochplan.planfile.reader` and
-:mod:`~epochplan.planfile.verify`; :mod:`~epochplan.planfile.tokens` for
+:mod:`~epochplan.planfile.verify`; :mod:`~epochplan.planfile.parts` for
+plans written in parts by several processes and merged;
+:mod:`~epochplan.planfile.tokens` for
 token plans and :mod:`~epochplan.planfile.space` for plans over an index
 space (a ``Selection`` or ``Mixture``, stored beside the rank files).
 
@@ -43,6 +45,7 @@ from epochplan.planfile.manifest import (
     manifest_checksum,
     rank_file_name,
 )
+from epochplan.planfile.parts import Part, merge_plan, verify_part, write_plan_part
 from epochplan.planfile.reader import PlanDirectory, RankFile, open_plan
 from epochplan.planfile.verify import verify_plan
 from epochplan.planfile.write import write_plan
@@ -54,14 +57,18 @@ __all__ = [
     "PLAN_FILE_VERSION",
     "FileEntry",
     "Manifest",
+    "Part",
     "PlanDirectory",
     "PlanError",
     "PlanSpec",
     "Progress",
     "RankFile",
     "manifest_checksum",
+    "merge_plan",
     "open_plan",
     "rank_file_name",
+    "verify_part",
     "verify_plan",
     "write_plan",
+    "write_plan_part",
 ]

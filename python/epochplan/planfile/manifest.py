@@ -67,6 +67,27 @@ def manifest_checksum(manifest: Mapping[str, Any]) -> str:
     return "blake2b-256:" + hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
 
 
+#: A part of a plan written in parts holds this instead of the manifest.
+PART_FILE = "part.json"
+PART_FORMAT = "epochplan-plan-part"
+
+
+def part_places(num_files: int, part: tuple[int, int] | None) -> list[int]:
+    """The places (epoch-major indices) of the rank files a part writes:
+    part ``i`` of ``n`` takes the ``i``-th of ``n`` contiguous runs of equal
+    length (plus or minus one); every file without a part."""
+    if part is None:
+        return list(range(num_files))
+    i, n = part
+    return list(range(i * num_files // n, (i + 1) * num_files // n))
+
+
+def part_document(manifest: dict[str, Any], part: tuple[int, int]) -> dict[str, Any]:
+    """What ``part.json`` holds: the part's index and count and the plan's
+    manifest listing the part's files (``total_bytes`` is the whole plan's)."""
+    return {"format": PART_FORMAT, "part": part[0], "num_parts": part[1], "manifest": manifest}
+
+
 def rank_file_name(epoch: int, rank: int) -> str:
     """The path of a rank file inside a plan directory."""
     return f"epoch-{epoch:04d}/rank-{rank:05d}.npy"
@@ -160,11 +181,12 @@ class Manifest:
         return cls.parse(raw, path), raw
 
     @classmethod
-    def parse(cls, m: Any, where: Path) -> Manifest:
+    def parse(cls, m: Any, where: Path, *, part: bool = False) -> Manifest:
         """Checks a manifest's JSON: its format and versions, every field's
         type, the spec (with the library's own checks), and every file entry
         against what the spec gives (count, size, path). PlanError names the
-        field."""
+        field. A ``part`` manifest (of a plan written in parts) lists some of
+        the plan's rank files, each at most once, in order."""
         if not isinstance(m, dict) or m.get("format") != PLAN_FILE_FORMAT:
             raise PlanError(f"{where}: not an epochplan plan manifest")
         version = m.get("plan_file_version")
@@ -221,10 +243,19 @@ class Manifest:
             raise PlanError(f"{where}: 'epochs' has duplicates")
         files = _field(m, "files", list, where)
         w = m["world_size"]
-        if w < 1 or len(files) != w * len(epochs):
+        if w < 1 or (len(files) != w * len(epochs) and not part):
             raise PlanError(
                 f"{where}: lists {len(files)} files, expected {len(epochs)} epochs x {w} ranks"
             )
+        # Each entry's place among the plan's files: all of them in order, or
+        # (a part) its own, in increasing order.
+        places = list(range(len(files)))
+        if part:
+            if has_tokens:
+                raise PlanError(f"{where}: a part of a token plan cannot be read by this release")
+            places = [_place(f, epochs, w, i, where) for i, f in enumerate(files)]
+            if places != sorted(set(places)):
+                raise PlanError(f"{where}: the files of a part must be distinct and in order")
         try:
             spec = PlanSpec.checked(
                 m["num_samples"],
@@ -247,7 +278,7 @@ class Manifest:
             counts = _token_counts(files, counts, epochs, where)
         entries = []
         for i, entry in enumerate(files):
-            epoch, rank = epochs[i // w], i % w
+            epoch, rank = epochs[places[i] // w], places[i] % w
             if not isinstance(entry, dict):
                 raise PlanError(f"{where}: files[{i}] is not an object")
             count = counts[i] if has_tokens else counts[rank]
@@ -288,6 +319,14 @@ class Manifest:
                 "changed after the plan was written (write the plan again)"
             )
         return cls(spec, w, tuple(epochs), num_steps, total_bytes, tuple(entries), tokens, space)
+
+
+def _place(entry: Any, epochs: list[int], w: int, i: int, where: Path) -> int:
+    """The index among a plan's rank files (epoch-major) of a part's entry."""
+    epoch, rank = (entry.get("epoch"), entry.get("rank")) if isinstance(entry, dict) else (0, -1)
+    if type(rank) is not int or not 0 <= rank < w or type(epoch) is not int or epoch not in epochs:
+        raise PlanError(f"{where}: files[{i}] names no rank file of the plan")
+    return epochs.index(epoch) * w + rank
 
 
 def _token_counts(

@@ -9,9 +9,10 @@ import epochplan._native as _native
 from epochplan._args import size_label
 from epochplan._native import Selection
 from epochplan._system import available_memory
-from epochplan.planfile._checks import Progress, progress_arg
+from epochplan.planfile._checks import Progress, path_arg, progress_arg
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import PlanSpec
+from epochplan.planfile.parts import is_part, verify_part
 from epochplan.planfile.reader import open_plan
 from epochplan.planfile.space import store_size
 from epochplan.planfile.token_verify import verify_token_plan
@@ -96,6 +97,9 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
         PlanError: naming the file and its first violation.
     """
     progress = progress_arg(progress)
+    if is_part(path_arg(path, "path")):
+        verify_part(path, progress=progress)
+        return True
     d = open_plan(path)
     check_verify_memory(d.path, d.spec)
     if d.tokens is not None:

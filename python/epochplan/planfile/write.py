@@ -25,10 +25,13 @@ from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest import (
     MANIFEST,
     MAX_FILES,
+    PART_FILE,
     FileEntry,
     Manifest,
     PlanSpec,
     files_bytes,
+    part_document,
+    part_places,
     rank_file_name,
 )
 from epochplan.planfile.publish import (
@@ -138,23 +141,7 @@ def write_plan(
         preload_nchunks=preload_nchunks,
         drop_last=drop_last,
     )
-    world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
-    if (
-        isinstance(epochs, (int, np.integer, str, bytes, Mapping))
-        or not isinstance(epochs, Iterable)
-        or getattr(epochs, "ndim", 1) == 0
-    ):
-        raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
-    epoch_list = [int_arg(e, "epochs[]", 0, _native.MAX_SEED) for e in epochs]
-    if not epoch_list:
-        raise ValueError("epochs must not be empty")
-    if len(set(epoch_list)) != len(epoch_list):
-        raise ValueError(f"epochs must be distinct, got {epoch_list}")
-    if world_size * len(epoch_list) > MAX_FILES:
-        raise ValueError(
-            f"world_size * len(epochs) must be at most {MAX_FILES} files, "
-            f"got {world_size} * {len(epoch_list)}"
-        )
+    world_size, epoch_list = checked_files(world_size, epochs)
     force = bool_arg(force, "force")  # a truthy string would replace a plan
     tokens = _token_args(
         spec,
@@ -266,6 +253,28 @@ def _token_args(
     return _TokenArgs(kwargs, info)
 
 
+def checked_files(world_size: Any, epochs: Any) -> tuple[int, list[int]]:
+    """The world size and the list of epochs of a plan directory's files."""
+    world_size = int_arg(world_size, "world_size", 1, MAX_FILES)
+    if (
+        isinstance(epochs, (int, np.integer, str, bytes, Mapping))
+        or not isinstance(epochs, Iterable)
+        or getattr(epochs, "ndim", 1) == 0
+    ):
+        raise TypeError("epochs must be a sequence of ints, e.g. range(3) or (0,)")
+    epoch_list = [int_arg(e, "epochs[]", 0, _native.MAX_SEED) for e in epochs]
+    if not epoch_list:
+        raise ValueError("epochs must not be empty")
+    if len(set(epoch_list)) != len(epoch_list):
+        raise ValueError(f"epochs must be distinct, got {epoch_list}")
+    if world_size * len(epoch_list) > MAX_FILES:
+        raise ValueError(
+            f"world_size * len(epochs) must be at most {MAX_FILES} files, "
+            f"got {world_size} * {len(epoch_list)}"
+        )
+    return world_size, epoch_list
+
+
 def _prepare_output(
     out: Path, force: bool, spec: PlanSpec, need_bytes: Callable[[int], int]
 ) -> tuple[Path, WriterLock]:
@@ -319,15 +328,20 @@ def _write_new_plan(
     epoch_list: list[int],
     progress: Progress | None,
     tokens: _TokenArgs | None,
+    part: tuple[int, int] | None = None,
 ) -> None:
     """The writing part of :func:`write_plan`, on checked arguments: the files
-    in a partial directory, then published as ``out``, or nothing left."""
+    in a partial directory, then published as ``out``, or nothing left. With
+    ``part`` (index, count; see :mod:`epochplan.planfile.parts`), only that
+    part's rank files, and ``part.json`` in place of the manifest."""
     counts = spec.rank_counts(world_size)
     epochs = len(epoch_list)
+    mine = part_places(world_size * epochs, part)
     if tokens is None:
 
         def need(block: int) -> int:
-            return files_bytes(counts, epochs, block) + space_bytes(spec.space, block)
+            written = [counts[k % world_size] for k in mine]
+            return files_bytes(written, 1, block) + space_bytes(spec.space, block)
     else:
         has_loss = tokens.info.loss_tokens is not None
 
@@ -339,7 +353,6 @@ def _write_new_plan(
         tmp, lock = _prepare_output(out, force, spec, need)
     except OSError as e:
         raise plan_os_error(f"{out}: cannot write there: {e.strerror or e}", e, out) from None
-    total = sum(counts) * len(epoch_list)
     try:
         files: list[FileEntry] = []
         token_files: list[TokenFile] = []
@@ -349,10 +362,16 @@ def _write_new_plan(
             space = write_space(spec.space, tmp)
             fsync_dir(tmp / SPACE_DIR)
             fsync_dir(tmp)
+        done = 0
+        total = sum(counts[k % world_size] for k in mine)
         for i, epoch in enumerate(epoch_list):
-            names = [rank_file_name(epoch, r) for r in range(world_size)]
+            ranks = [k - i * world_size for k in mine if k // world_size == i]
+            if not ranks:
+                continue
+            names = [rank_file_name(epoch, r) for r in ranks]
             (tmp / Path(names[0]).parent).mkdir()
-            base = i * sum(counts)
+            base = done
+            done += sum(counts[r] for r in ranks)
             report = None
             if progress is not None:
                 cb = progress
@@ -382,8 +401,9 @@ def _write_new_plan(
                 # Errors name the files where they are published, not tmp.
                 display_paths=[str(out / n) for n in names],
                 space=spec.space,
+                ranks=ranks,
             )
-            for rank, (name, (count, nbytes, digest)) in enumerate(zip(names, infos, strict=True)):
+            for rank, name, (count, nbytes, digest) in zip(ranks, names, infos, strict=True):
                 files.append(FileEntry(epoch, rank, name, count, nbytes, digest))
             fsync_dir(tmp / Path(names[0]).parent)
         info = None
@@ -403,8 +423,11 @@ def _write_new_plan(
             info,
             space,
         )
-        with open(tmp / MANIFEST, "w") as f:
-            json.dump(manifest.to_json(f"epochplan {__version__}"), f, indent=1)
+        document = manifest.to_json(f"epochplan {__version__}")
+        if part is not None:
+            document = part_document(document, part)
+        with open(tmp / (MANIFEST if part is None else PART_FILE), "w") as f:
+            json.dump(document, f, indent=1)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())

@@ -25,7 +25,9 @@ mod verify;
 mod write;
 
 pub use npy::{npy_file_size, npy_header, parse_npy_header, NpyHeader};
-pub use verify::{check_rank_file, file_checksum, verify_rank_files, ExpectedFile};
+pub use verify::{
+    check_rank_file, file_checksum, verify_part_files, verify_rank_files, ExpectedFile,
+};
 pub use write::{stream_ranks, write_rank_files, FileInfo, FileSink, NullSink, RankSink};
 
 use std::time::Duration;

@@ -152,7 +152,7 @@ fn npy_header<'py>(py: Python<'py>, count: &Bound<'py, PyAny>) -> PyResult<Bound
 /// `display_paths[rank]` when given (the path it will have once a writer
 /// working in a temporary directory publishes it), else by its path.
 #[pyfunction]
-#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None, space = None))]
+#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None, space = None, ranks = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_epoch_files(
     py: Python<'_>,
@@ -163,16 +163,19 @@ fn write_epoch_files(
     progress: Option<Py<PyAny>>,
     display_paths: Option<Vec<String>>,
     space: Option<&Bound<'_, PyAny>>,
+    ranks: Option<Vec<u64>>,
 ) -> PyResult<Vec<(u64, u64, String)>> {
     let w = world_arg(world_size)?;
-    let mut files = FileSink::new(paths_arg(paths, w)?, fsync);
+    // Every rank, or some of them (a part of a plan written in parts).
+    let ranks = ranks_arg(ranks, w)?;
+    let count = ranks.len() as u64;
+    let mut files = FileSink::new(paths_arg(paths, count)?, fsync);
     if let Some(shown) = display_paths {
-        let shown = paths_arg(shown, w)
+        let shown = paths_arg(shown, count)
             .map_err(|_| PyValueError::new_err("display_paths must hold one path per rank"))?;
         files = files.shown_as(shown).py()?;
     }
     let plan = PlanSpec::parse(&plan)?.plan(py, space)?;
-    let ranks: Vec<u64> = (0..w).collect();
     let infos = run_detached(py, progress, |report| {
         planfile::write_rank_files(&plan, w, &ranks, files, report)
     })?;
@@ -182,14 +185,31 @@ fn write_epoch_files(
         .collect())
 }
 
+/// The ranks a call writes or checks: all of `[0, w)`, or the given ones
+/// (distinct, each below `w`).
+fn ranks_arg(ranks: Option<Vec<u64>>, w: u64) -> PyResult<Vec<u64>> {
+    let Some(ranks) = ranks else {
+        return Ok((0..w).collect());
+    };
+    let mut seen = std::collections::HashSet::new();
+    for &r in &ranks {
+        if r >= w || !seen.insert(r) {
+            return Err(PyValueError::new_err(format!(
+                "ranks must be distinct ranks in [0, {w}), got {r} (again or out of range)"
+            )));
+        }
+    }
+    Ok(ranks)
+}
+
 fn expected_files(
     paths: Vec<String>,
     counts: Vec<u64>,
     sizes: Vec<u64>,
     checksums: Vec<String>,
-    w: u64,
+    ranks: &[u64],
 ) -> PyResult<Vec<ExpectedFile>> {
-    let paths = paths_arg(paths, w)?;
+    let paths = paths_arg(paths, ranks.len() as u64)?;
     if counts.len() != paths.len() || sizes.len() != paths.len() || checksums.len() != paths.len() {
         return Err(PyValueError::new_err(
             "paths, counts, sizes and checksums must have the same length",
@@ -200,10 +220,10 @@ fn expected_files(
         .zip(counts)
         .zip(sizes)
         .zip(checksums)
-        .enumerate()
-        .map(|(rank, (((path, count), bytes), checksum))| ExpectedFile {
+        .zip(ranks)
+        .map(|((((path, count), bytes), checksum), &rank)| ExpectedFile {
             path,
-            rank: rank as u64,
+            rank,
             count,
             bytes,
             checksum,
@@ -217,7 +237,7 @@ fn expected_files(
 /// whether every id was compared with the recomputed order (a uniform order
 /// is built only with `compare_ids` or for a dropped step).
 #[pyfunction]
-#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false, space = None))]
+#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false, space = None, ranks = None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_epoch_files(
     py: Python<'_>,
@@ -230,9 +250,12 @@ fn verify_epoch_files(
     progress: Option<Py<PyAny>>,
     compare_ids: bool,
     space: Option<&Bound<'_, PyAny>>,
+    ranks: Option<Vec<u64>>,
 ) -> PyResult<bool> {
     let w = world_arg(world_size)?;
-    let files = expected_files(paths, counts, sizes, checksums, w)?;
+    let part = ranks.is_some();
+    let ranks = ranks_arg(ranks, w)?;
+    let files = expected_files(paths, counts, sizes, checksums, &ranks)?;
     let spec = PlanSpec::parse(&plan)?;
     let space = spec.space(py, space)?;
     // A uniform table is built when the caller has room for it
@@ -247,6 +270,15 @@ fn verify_epoch_files(
     } else {
         None
     };
+    if part {
+        // Some of the epoch's files: each compared id by id (the epoch's
+        // coverage is checked on the merged plan).
+        let order = spec.order(py)?;
+        run_detached(py, progress, |report| {
+            planfile::verify_part_files(&layout, &order, &space, w, &files, report)
+        })?;
+        return Ok(true);
+    }
     let compared = order.is_some();
     run_detached(py, progress, |report| {
         planfile::verify_rank_files(&layout, order.as_ref(), &space, w, &files, report)
