@@ -177,8 +177,13 @@ def _scan(directory: Path) -> tuple[list[_Log], list[str]]:
             elif record.kind == "C":
                 log.commit, log.commit_offset = (record.epoch, record.step), record.offset
         if log is None:
-            raise ValueError(f"{path}: a log without its header")
+            # Killed before its header was written: it holds nothing.
+            if not torn or not torn[-1].startswith(str(path)):
+                torn.append(f"{path}: a log without its header (nothing recorded)")
+            continue
         logs.append(log)
+    if not logs:
+        raise ValueError(f"{directory}: no consumption log holds its header: {torn[0]}")
     return logs, torn
 
 

@@ -174,7 +174,12 @@ def read_log(path: Path, *, ids: bool = True) -> Iterator[LogRecord | str]:
     that is corrupt anywhere else, or a file that is not a log."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if f.read(len(MAGIC)) != MAGIC:
+        magic = f.read(len(MAGIC))
+        if magic != MAGIC:
+            if MAGIC.startswith(magic):
+                # Cut inside the magic: a process killed as it created the log.
+                yield f"{path}: a torn log of {size} bytes (cut inside its first bytes)"
+                return
             raise ValueError(f"{path}: not a consumption log (no EPLOG01 magic)")
         offset = len(MAGIC)
         while offset < size:

@@ -160,6 +160,13 @@ def _read_part(path: Path) -> _ReadPart:
         raise PlanError(f"{where}: 'part' and 'num_parts' must be ints with 0 <= part < num_parts")
     if not isinstance(manifest, dict):
         raise PlanError(f"{where}: 'manifest' is not an object")
+    # The part's manifest is sealed as a plan's is: a record changed in any
+    # byte (a file's checksum, say) is refused before it is merged.
+    if manifest.get("manifest_checksum") != manifest_checksum(manifest):
+        raise PlanError(
+            f"{where}: its manifest_checksum does not match its content: the part was "
+            "changed after it was written (write it again)"
+        )
     return _ReadPart(path, index, count, manifest)
 
 
@@ -195,10 +202,15 @@ def merge_plan(
             )
         other = _plan_fields(p.manifest)
         if other != fields:
-            key = next(k for k in sorted(set(other) | set(fields)) if other.get(k) != fields.get(k))
+            absent = object()
+            key = next(
+                k
+                for k in sorted(set(other) | set(fields))
+                if other.get(k, absent) != fields.get(k, absent)
+            )
             raise PlanError(
-                f"{p.path}: a part of another plan: its {key!r} is {other.get(key)!r}, "
-                f"{first.path}'s {fields.get(key)!r}"
+                f"{p.path}: a part of another plan: its {key!r} is "
+                f"{other.get(key, 'missing')!r}, {first.path}'s {fields.get(key, 'missing')!r}"
             )
         if p.index in by_index:
             raise PlanError(
