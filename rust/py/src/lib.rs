@@ -19,9 +19,11 @@ mod permutation;
 mod plan;
 mod planfile;
 mod space;
+mod split;
 mod streaming_partition;
 mod streaming_shuffle;
 mod testing;
+mod threads;
 mod token_files;
 
 use pyo3::prelude::*;
@@ -35,9 +37,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<layout::PlanLayout>()?;
     m.add_class::<plan::MicroBatches>()?;
     m.add_function(wrap_pyfunction!(permutation::permutation, m)?)?;
-    m.add_function(wrap_pyfunction!(permutation::split_range, m)?)?;
-    m.add_function(wrap_pyfunction!(permutation::set_num_threads, m)?)?;
-    m.add_function(wrap_pyfunction!(permutation::get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(split::split_range, m)?)?;
+    m.add_function(wrap_pyfunction!(threads::set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(threads::get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(audit::mark_ids, m)?)?;
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;

@@ -1,14 +1,13 @@
 //! `Permutation`, `permutation`, `split_range` and the thread controls.
 
 use crate::args::{
-    int_arg, int_value, is_position_array, opt_int_arg, position_arg, positions_arg, str_arg,
-    Keyword, MAX_I64, MAX_U64,
+    int_arg, is_position_array, opt_int_arg, position_arg, positions_arg, str_arg, Keyword,
+    MAX_I64, MAX_U64,
 };
 use crate::errors::IntoPyResult;
 use crate::space::Selection;
 use epochplan_core::space::Selection as CoreSelection;
-use epochplan_core::split::{split_range as core_split_range, SplitMode};
-use epochplan_core::{parallel, Kind, Order};
+use epochplan_core::{Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -428,51 +427,4 @@ pub fn permutation<'py>(
         .detach(|| Order::new(n, seed, epoch, kind).and_then(Order::into_vec))
         .py()?;
     Ok(ids.into_pyarray(py))
-}
-
-/// One rank's positions as (start, stop, step), without padding.
-#[pyfunction]
-#[pyo3(signature = (num_samples, world_size, rank, mode = None))]
-pub fn split_range(
-    num_samples: &Bound<'_, PyAny>,
-    world_size: &Bound<'_, PyAny>,
-    rank: &Bound<'_, PyAny>,
-    mode: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(u64, u64, u64)> {
-    let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
-    let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-    let r = match int_arg(rank, "rank", 0, MAX_I64) {
-        Ok(r) => r,
-        // Out of range (negative or huge): torch's DistributedSampler wording.
-        Err(e) if e.is_instance_of::<PyValueError>(rank.py()) => {
-            let got = match int_value(rank, "rank")? {
-                Ok(v) => v.to_string(),
-                Err(huge) => huge,
-            };
-            return Err(PyValueError::new_err(format!(
-                "Invalid rank {got}, rank should be in the interval [0, {}]",
-                w - 1
-            )));
-        }
-        Err(e) => return Err(e),
-    };
-    let mode = match mode {
-        Some(m) if !m.is_none() => SplitMode::parse(&str_arg(m, "mode")?).py()?,
-        _ => SplitMode::Strided,
-    };
-    core_split_range(n, w, r, mode).py()
-}
-
-/// Sets the number of threads large calls use (0: the default).
-#[pyfunction]
-pub fn set_num_threads(num_threads: &Bound<'_, PyAny>) -> PyResult<()> {
-    let n = int_arg(num_threads, "num_threads", 0, parallel::MAX_THREADS as u64)?;
-    parallel::set_num_threads(n as usize);
-    Ok(())
-}
-
-/// The number of threads large calls use.
-#[pyfunction]
-pub fn get_num_threads() -> usize {
-    parallel::num_threads()
 }
