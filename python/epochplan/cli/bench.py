@@ -9,10 +9,15 @@ import sys
 import time
 from typing import Any
 
+from epochplan._files import map_npy
+from epochplan._native import KINDS
+from epochplan._space_spec import load_space
 from epochplan.bench import check_writable, plot, replace_with, size_text, table
 from epochplan.bench import run as run_cases
 from epochplan.bench.cases import CASES
-from epochplan.cli.arguments import Help, path, positive
+from epochplan.bench.job import Job, job_cases
+from epochplan.cli.arguments import Help, UsageError, check_npy_file, path, positive
+from epochplan.planfile.space import store_size
 
 BENCH_HELP = """\
 Time our implementations against every installed peer, side by side: numpy
@@ -20,9 +25,16 @@ and torch permutations, torch's DistributedSampler, MosaicML Streaming's
 get_partitions and get_shuffle (py1s, py1e). Each case runs in a fresh
 subprocess; the table has medians, speed-ups over the peer and peak memory.
 
+Your own job: --world-size, --global-batch-size, --kind, --lengths FILE with
+--max-tokens, or --space FILE time its partitioning (one rank's share and
+every rank's), torch's DistributedSampler beside it where it computes the
+same thing; N is the file's length, else --sizes.
+
 examples:
   epochplan bench
   epochplan bench --sizes 1e6 1e7 --repeats 5 --out report.md --plot report.png
+  epochplan bench --world-size 64 --global-batch-size 1024 --sizes 1e8
+  epochplan bench --world-size 8 --lengths lengths.npy --max-tokens 16384
 """
 
 
@@ -73,7 +85,57 @@ def add_parser(sub: Any) -> None:
         help="only the cases whose operation or implementation contains TEXT",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no per-case lines")
+    g = p.add_argument_group(
+        "your job", "time your own job's partitioning instead of the fixed cases"
+    )
+    g.add_argument("--world-size", type=positive, default=None, metavar="W", help="ranks")
+    g.add_argument(
+        "--global-batch-size", type=positive, default=None, metavar="G", help="samples a step"
+    )
+    g.add_argument("--kind", default=None, choices=KINDS, help="the order (default cipher)")
+    g.add_argument("--lengths", type=path, default=None, metavar="FILE",
+                   help="tokens per sample (.npy): a token plan; N is its length")  # fmt: skip
+    g.add_argument("--max-tokens", type=positive, default=None, metavar="T",
+                   help="tokens per micro-batch (with --lengths)")  # fmt: skip
+    g.add_argument("--space", type=path, default=None, metavar="SPACE.json",
+                   help="a space file; N is its length")  # fmt: skip
     p.set_defaults(run=run)
+
+
+def _job(args: argparse.Namespace) -> tuple[Job | None, list[int]]:
+    """The user's job, when any of its flags is given, and its sizes."""
+    flags = (args.world_size, args.global_batch_size, args.kind, args.lengths, args.space)
+    if all(f is None for f in flags):
+        if args.max_tokens is not None:
+            raise UsageError("--max-tokens needs --lengths")
+        return None, sorted(set(args.sizes))
+    if (args.lengths is None) != (args.max_tokens is None):
+        raise UsageError("--lengths and --max-tokens go together")
+    job = Job(
+        args.world_size or 8,
+        args.global_batch_size or 4096,
+        args.kind or "cipher",
+        args.lengths,
+        args.max_tokens,
+        args.space,
+    )
+    sizes = sorted(set(args.sizes))
+    n = None
+    if args.space is not None:
+        try:
+            space = load_space(args.space)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise UsageError(f"--space {args.space}: {e}") from None
+        n = len(space)
+    if args.lengths is not None:
+        check_npy_file("--lengths", args.lengths)
+        length = len(map_npy(args.lengths)[0])
+        # Lengths are per store id: a space's store, or the plan's N.
+        if n is None:
+            n = length
+        elif length != store_size(space, n):
+            raise UsageError("--lengths must hold one value per id of --space's store")
+    return job, sizes if n is None else [n]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,14 +147,15 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
     try:
+        job, sizes = _job(args)
         cases = [
             c
-            for c in CASES
+            for c in (CASES if job is None else job_cases(job))
             if args.filter is None or args.filter.lower() in f"{c.group} {c.name}".lower()
         ]
         if not cases:
             raise ValueError(f"--filter {args.filter!r} matches no case")
-        results = run_cases(sorted(set(args.sizes)), args.repeats, float(args.timeout), log, cases)
+        results = run_cases(sizes, args.repeats, float(args.timeout), log, cases)
     finally:
         if args.quiet:
             log.close()
@@ -100,8 +163,9 @@ def run(args: argparse.Namespace) -> int:
     cpu = os.cpu_count()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     md += (
-        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(size_text(n) for n in args.sizes)} "
-        f"--repeats {args.repeats}`; {time.perf_counter() - t0:.0f} s in all; load average "
+        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(size_text(n) for n in sizes)} "
+        f"--repeats {args.repeats}`{'' if job is None else ' for ' + job.describe()}; "
+        f"{time.perf_counter() - t0:.0f} s in all; load average "
         f"{load} at the end.\n"
     )
     if args.out is not None:
