@@ -61,6 +61,7 @@
 //! `segments` (`py1e`'s large canonical nodes, sorted in parallel) and
 //! `sort` (`py1e`'s bucket sort).
 
+mod blocks;
 mod py1br;
 mod py1e;
 mod py1s;

@@ -15,7 +15,7 @@
 //! positions are computed by the one expression [`shifted`] in both places,
 //! so the counts and the sorts agree to the bit.
 
-use super::py1e::{shifted, Py1eBlocks, ScratchPool};
+use super::blocks::{shifted, Py1eBlocks, ScratchPool};
 use super::sort::{SortScratch, FINE_BITS};
 use super::spans::Span;
 use super::walk::{fill_ids, lock};
