@@ -225,6 +225,8 @@ def valid_args(data: st.DataObject, plan: ep.EpochPlan, method: Callable[..., ob
         "world_size": world_size,
         "micro_batch_size": data.draw(st.integers(1, 4)),
         "state": plan.state_dict(),
+        # Sample ids of the plan's store (locate, positions_of).
+        "sample_ids": np.arange(min(plan.num_samples, 5)),
     }
     if plan.num_steps:
         values["ids"] = plan.step_indices(step, rank, world_size)
