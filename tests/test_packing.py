@@ -232,3 +232,31 @@ def test_bad_arguments_and_samples_raise_errors_naming_them() -> None:
     (batch,) = run([[1, 2, 3]])
     with pytest.raises(ValueError, match="3 tokens"):
         sample_losses(torch.zeros(4), batch)
+
+
+def test_max_length_cuts_samples_as_a_truncating_plan_counts_them() -> None:
+    data = [list(range(1, 9)), [9, 10]]  # 8 and 2 tokens
+    lengths = np.array([8, 2])
+    sampler = ElasticBatchSampler(
+        2,
+        2,
+        None,
+        num_replicas=1,
+        rank=0,
+        lengths=lengths,
+        loss_tokens=lengths - 1,
+        max_tokens=5,
+        oversize="truncate",
+    )
+    cut = np.minimum(lengths, 5)
+    loader = torch.utils.data.DataLoader(
+        sampler.wrap_dataset(data),
+        batch_sampler=sampler,
+        collate_fn=PackedCollate(max_length=5, lengths=cut, max_tokens=5),
+    )
+    rows = {b.indices[0].item(): b for b in loader}
+    assert rows[0].input_ids[0].tolist() == [1, 2, 3, 4, 5]
+    targets = sum(int((b.labels[0] != -100).sum()) for b in rows.values())
+    assert targets == sampler.plan.step_tokens(0) == 4 + 1
+    with pytest.raises(ValueError, match="max_length"):
+        PackedCollate(max_length=0)

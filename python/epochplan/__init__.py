@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         random_split,
         set_num_threads,
     )
+    from epochplan._oversize import OversizeReport
     from epochplan._space_spec import load_space
     from epochplan._split import split
     from epochplan._types import MicroBatch
@@ -53,6 +54,7 @@ _HOMES = {
     "permutation": "epochplan._native",
     "random_split": "epochplan._native",
     "set_num_threads": "epochplan._native",
+    "OversizeReport": "epochplan._oversize",
     "load_space": "epochplan._space_spec",
     "split": "epochplan._split",
     "MicroBatch": "epochplan._types",
@@ -67,6 +69,7 @@ __all__ = [
     "MicroBatches",
     "Mixture",
     "MixtureEpoch",
+    "OversizeReport",
     "Permutation",
     "PlanLayout",
     "Selection",

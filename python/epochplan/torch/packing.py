@@ -170,6 +170,9 @@ class PackedCollate:
             dataset whose samples disagree with the plan's ``lengths``).
         lengths: if given, each sample must have ``lengths[id]`` tokens
             (the plan's lengths; a ValueError names the first that does not).
+        max_length: if given, each sample is cut to its first ``max_length``
+            tokens first (a sampler's ``oversize="truncate"``: give it
+            ``max_tokens``).
 
     Examples:
         >>> from epochplan.torch import ElasticBatchSampler
@@ -194,6 +197,7 @@ class PackedCollate:
         weight_dtype: torch.dtype = torch.float64,
         max_tokens: int | None = None,
         lengths: npt.ArrayLike | None = None,
+        max_length: int | None = None,
     ) -> None:
         if not isinstance(attention_mask, bool):
             raise TypeError(f"attention_mask must be a bool, got {type(attention_mask).__name__}")
@@ -205,6 +209,11 @@ class PackedCollate:
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
         ):
             raise ValueError(f"max_tokens must be None or an int >= 1, got {max_tokens!r}")
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
+        ):
+            raise ValueError(f"max_length must be None or an int >= 1, got {max_length!r}")
+        self.max_length = max_length
         self.attention_mask = attention_mask
         self.ignore_index = ignore_index
         self.weight_dtype = weight_dtype
@@ -236,15 +245,21 @@ class PackedCollate:
         if self.lengths is None or not isinstance(samples, list):
             return
         for row, (sample_id, sample) in enumerate(zip(indices, samples, strict=False)):
-            got = _split_sample(sample, row)[0].size
+            got = self._split(sample, row)[0].size
             if got != int(self.lengths[sample_id]):
                 raise ValueError(
                     f"sample {sample_id} has {got} tokens, but lengths[{sample_id}] = "
                     f"{int(self.lengths[sample_id])}: the dataset and the plan's lengths disagree"
                 )
 
+    def _split(self, sample: Any, row: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """A sample's ``(input_ids, labels)``, cut to ``max_length``."""
+        ids, labels = _split_sample(sample, row)
+        cut = self.max_length
+        return (ids, labels) if cut is None else (ids[:cut], labels[:cut])
+
     def _pack(self, samples: list[Any]) -> dict[str, Any]:
-        pairs = [_split_sample(sample, row) for row, sample in enumerate(samples)]
+        pairs = [self._split(sample, row) for row, sample in enumerate(samples)]
         if not pairs:
             raise ValueError("a micro-batch must hold at least one sample, got none")
         sizes = np.array([ids.size for ids, _ in pairs], dtype=np.int64)
@@ -282,5 +297,5 @@ class PackedCollate:
         return (
             f"PackedCollate(attention_mask={self.attention_mask}, "
             f"ignore_index={self.ignore_index}, weight_dtype={self.weight_dtype}, "
-            f"max_tokens={self.max_tokens})"
+            f"max_tokens={self.max_tokens}, max_length={self.max_length})"
         )

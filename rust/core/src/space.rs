@@ -88,6 +88,17 @@ impl Space {
         }
     }
 
+    /// Whether `id` (of a store of `n` samples for `0..n`) can be one of
+    /// the space's ids: O(1) or O(log) for selections, O(sources) for a
+    /// mixture (any sample of any source, whatever the epoch takes).
+    pub fn holds(&self, id: u64, n: u64) -> bool {
+        match self {
+            Space::Range => id < n,
+            Space::Selection(s) => s.contains(id),
+            Space::Mixture { epoch, .. } => epoch.mixture().holds(id),
+        }
+    }
+
     /// Checks that a plan of `n` positions can take this space.
     pub fn check_len(&self, n: u64) -> Result<()> {
         match self.num_ids() {
