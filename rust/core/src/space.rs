@@ -29,6 +29,7 @@ mod interleave;
 mod mask;
 mod mixture;
 mod ranges;
+mod schedule;
 mod selection;
 mod split;
 
@@ -39,6 +40,7 @@ pub use mixture::{
     PASS_DOMAIN, STEP_DOMAIN,
 };
 pub use ranges::Ranges;
+pub use schedule::Schedule;
 pub use selection::{Indices, Permuted, Selection, SelectionKind, SharedIds};
 pub use split::{random_split, split_sizes, SPLIT_DOMAIN};
 
