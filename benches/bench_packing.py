@@ -235,34 +235,146 @@ def same_batches(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -
     return sum(int(np.array_equal(x, y)) for x, y in zip(a, b, strict=False))
 
 
+def one_rank_seconds(lengths: np.ndarray[Any, Any]) -> tuple[float, float]:
+    """epochplan's construction (with the oversize scan) and rank 3 of 8's
+    whole epoch of micro-batches, nothing else done with them."""
+    from epochplan.torch import ElasticBatchSampler
+
+    start = time.perf_counter()
+    sampler = ElasticBatchSampler(
+        len(lengths), G, None, num_replicas=8, rank=3, lengths=lengths, max_tokens=CAP
+    )
+    built = time.perf_counter() - start
+    for _ in sampler.plan.micro_batches(3, 8, max_tokens=CAP):
+        pass
+    return built, time.perf_counter() - start
+
+
+def megatron_blend_counts(weights: list[float], size: int) -> list[int]:
+    """Each dataset's samples in a blend of ``size`` by megatron-core's rule
+    (``helpers.cpp``, ``build_blending_indices``): sample ``i`` goes to the
+    dataset with the largest ``weights[d] * (i + 1) - current[d]``, the
+    first on ties; weights normalised to sum to 1."""
+    w = np.asarray(weights, dtype=np.float64) / sum(weights)
+    current = np.zeros(len(w), dtype=np.int64)
+    for i in range(size):
+        current[int(np.argmax(w * (i + 1) - current))] += 1
+    return current.tolist()
+
+
+def shown_counts(seen: list[np.ndarray[Any, Any]], sizes: list[int]) -> dict[str, int]:
+    """Samples lost (shown fewer than floor(c / n) times, c the source's
+    samples shown) and repeated (more than ceil(c / n)), over the sources."""
+    lost = repeated = 0
+    for ids, n in zip(seen, sizes, strict=True):
+        counts = np.bincount(ids, minlength=n)
+        c = int(counts.sum())
+        lost += int((counts < c // n).sum())
+        repeated += int((counts > -(-c // n)).sum())
+    return {"lost": lost, "repeated": repeated}
+
+
+def schedule_part(sizes: list[int], epoch_len: int) -> dict[str, Any]:
+    """Three phases (1:1, then 2:1, then 1:3, two epochs each) over two
+    sources: epochplan's phased Mixture against a rebuild of Megatron's blend
+    at each weight change (each dataset's sequence restarts from its first
+    sample: the same seed, a new blend)."""
+    import epochplan as ep
+
+    weights = [[1, 1], [2, 1], [1, 3]]
+    mix = ep.Mixture(
+        sizes, weights=weights[0], num_samples=epoch_len, seed=7,
+        phases=[(2, weights[1]), (4, weights[2])],
+    )  # fmt: skip
+    ours: list[list[np.ndarray[Any, Any]]] = [[], []]
+    offsets = [0, sizes[0]]
+    for e in range(6):
+        epoch = mix.epoch(e)
+        ids, src = np.asarray(epoch), epoch.sources(np.arange(len(epoch)))
+        for k in range(2):
+            ours[k].append(ids[src == k] - offsets[k])
+    # Megatron: per phase, a new blend of 2 epochs' samples; each dataset's
+    # samples are its own shuffled sequence from the start (keyed passes, as
+    # a dataset's index of several epochs is).
+    theirs: list[list[np.ndarray[Any, Any]]] = [[], []]
+    for w in weights:
+        counts = megatron_blend_counts(w, 2 * epoch_len)
+        for k in range(2):
+            sequence = np.asarray(ep.Mixture([sizes[k]], seed=7).epoch(0))
+            passes = -(-counts[k] // sizes[k])
+            run = (
+                np.concatenate(
+                    [np.asarray(ep.Mixture([sizes[k]], seed=7).epoch(p)) for p in range(passes)]
+                )
+                if passes > 1
+                else sequence
+            )
+            theirs[k].append(run[: counts[k]])
+    flat_ours = [np.concatenate(x) for x in ours]
+    flat_theirs = [np.concatenate(x) for x in theirs]
+    return {
+        "sizes": sizes,
+        "epoch_len": epoch_len,
+        "shown": [len(x) for x in flat_ours],
+        "epochplan": shown_counts(flat_ours, sizes),
+        "megatron_rebuild": shown_counts(flat_theirs, sizes),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=float, default=1e7)
     parser.add_argument("--w-n", type=float, default=1e6, help="N of the W comparison")
     parser.add_argument("--big", type=float, default=1e8, help="N of one rank's epoch")
     parser.add_argument("--verl-steps", type=int, default=200)
+    parser.add_argument(
+        "--part", choices=("all", "packing", "worlds", "one-rank", "schedule"), default="all"
+    )
     parser.add_argument("--tiny", action="store_true", help="small sizes (the test's)")
     parser.add_argument("--json", type=Path, default=None)
     opts = parser.parse_args()
     if opts.tiny:
         opts.n, opts.w_n, opts.big, opts.verl_steps = 2e5, 5e4, 4e5, 5
     n, w_n, big = int(opts.n), int(opts.w_n), int(opts.big)
+    parts = {opts.part} if opts.part != "all" else {"packing", "worlds", "one-rank", "schedule"}
     axolotl, axolotl_info = load_axolotl()
     verl, verl_info = load_verl()
     report: dict[str, Any] = {"n": n, "cap": CAP, "G": G, "axolotl": axolotl_info}
     report["verl"] = verl_info
+    report["load_average_start"] = os.getloadavg()
     if axolotl is not None:  # numba compiles on first use: not timed
         axolotl_epoch(axolotl, lognormal_lengths(1000, 9), 2)
+    if "packing" in parts:
+        packing_part(axolotl, verl, n, opts.verl_steps, report)
+    if "worlds" in parts:
+        worlds_part(axolotl, w_n, report)
+    if "one-rank" in parts:
+        huge = np.minimum(lognormal_lengths(big, 2), CAP)
+        built, seconds = one_rank_seconds(huge)
+        report["one_rank"] = {"n": big, "epochplan_seconds": seconds, "construction": built}
+        if axolotl is not None:
+            theirs = axolotl_epoch(axolotl, huge, 8, ranks=range(3, 4))
+            report["one_rank"]["axolotl_seconds"] = theirs["seconds"]
+        print("one rank", report["one_rank"], flush=True)
+    if "schedule" in parts:
+        scale = 10 if opts.tiny else 1
+        report["schedule"] = schedule_part([10**6 // scale, 10**6 // scale], 500_000 // scale)
+        print("schedule", report["schedule"], flush=True)
+    report["load_average_end"] = os.getloadavg()
+    if opts.json is not None:
+        opts.json.write_text(json.dumps(report, indent=1, default=str))
 
+
+def packing_part(axolotl: Any, verl: Any, n: int, verl_steps: int, report: dict[str, Any]) -> None:
     lengths = lognormal_lengths(n)
     report["over_cap_samples"] = int((lengths > CAP).sum())
     mine = ours_epoch(lengths, 8)
     mine.pop("global_batches")
     report["epochplan"] = mine
     print(f"N={n:,} W=8 cap={CAP}: {report['over_cap_samples']} samples over the cap")
-    print("epochplan", {k: v for k, v in mine.items()}, flush=True)
+    print("epochplan", mine, flush=True)
     # The others take the lengths cut to the cap (verl asserts on a longer
-    # one; axolotl packs it alone in a bin over the cap, counted below).
+    # one; axolotl packs it alone in a bin over the cap, counted in worlds).
     cut = np.minimum(lengths, CAP)
     if axolotl is not None:
         theirs = axolotl_epoch(axolotl, cut, 8)
@@ -270,10 +382,12 @@ def main() -> None:
         report["axolotl_run"] = theirs
         print("axolotl", theirs, flush=True)
     if verl is not None:
-        report["verl_run"] = verl_steps(verl, cut, 8, opts.verl_steps)
+        report["verl_run"] = verl_steps(verl, cut, 8, verl_steps)
         print("verl", report["verl_run"], flush=True)
 
-    # The same global batches for every W? (lengths cut to the cap)
+
+def worlds_part(axolotl: Any, w_n: int, report: dict[str, Any]) -> None:
+    """The same global batches for every W? (lengths cut to the cap)"""
     raw_small = lognormal_lengths(w_n, 1)
     if axolotl is not None:
         raw = axolotl_epoch(axolotl, raw_small, 8)
@@ -296,18 +410,6 @@ def main() -> None:
         worlds[str(w)] = row
         print(f"W={w}", row, flush=True)
     report["worlds"] = {"n": w_n, **worlds}
-
-    # One rank's epoch at --big samples.
-    huge = np.minimum(lognormal_lengths(big, 2), CAP)
-    rank = ours_epoch(huge, 8, ranks=range(3, 4))
-    report["one_rank"] = {"n": big, "epochplan_seconds": rank["seconds"]}
-    report["one_rank"]["epochplan_construction_seconds"] = rank["construction_seconds"]
-    if axolotl is not None:
-        theirs = axolotl_epoch(axolotl, huge, 8, ranks=range(3, 4))
-        report["one_rank"]["axolotl_seconds"] = theirs["seconds"]
-    print("one rank", report["one_rank"], flush=True)
-    if opts.json is not None:
-        opts.json.write_text(json.dumps(report, indent=1, default=str))
 
 
 if __name__ == "__main__":

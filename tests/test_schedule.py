@@ -110,9 +110,7 @@ def test_a_sampler_follows_the_schedule_and_resumes_in_a_later_phase() -> None:
 
     del torch
     # 1:1, then 2:1 from epoch 1, then 1:3 from epoch 2 (12 samples an epoch).
-    mix = ep.Mixture(
-        [40, 40], weights=[1, 1], num_samples=12, phases=[(1, [2, 1]), (2, [1, 3])]
-    )
+    mix = ep.Mixture([40, 40], weights=[1, 1], num_samples=12, phases=[(1, [2, 1]), (2, [1, 3])])
     assert mix.phases == [(0, [6, 6]), (1, [8, 4]), (2, [3, 9])]
     counts = []
     for e in range(3):
