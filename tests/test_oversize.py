@@ -55,7 +55,7 @@ def test_a_plan_refuses_oversize_samples_at_its_first_micro_batches_call() -> No
     assert message.startswith(f"lengths: {over.size} samples are longer than max_tokens ({CAP})")
     first = ", ".join(f"{i} ({lengths[i]} tokens)" for i in over[:10])
     assert f"the first ids: {first} and {over.size - 10} more. Give" in message
-    assert 'oversize="truncate"' in message
+    assert 'Give oversize="skip" (or "truncate", in a sampler)' in message
     with pytest.raises(ValueError, match="longer than max_tokens"):
         plan.num_micro_batches(plan.num_steps - 1, 3, max_tokens=CAP)
     # Within the cap, nothing is refused.

@@ -95,8 +95,8 @@ impl OversizeReport {
         };
         Some(Error::Value(format!(
             "lengths: {} {noun} longer than max_tokens ({}), which no micro-batch can hold; \
-             the first ids: {}{more}. Give oversize=\"truncate\" or oversize=\"skip\", or a larger \
-             max_tokens",
+             the first ids: {}{more}. Give oversize=\"skip\" (or \"truncate\", in a sampler), or a \
+             larger max_tokens",
             self.count(),
             self.max_tokens,
             named.join(", "),
