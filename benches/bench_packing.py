@@ -337,8 +337,9 @@ def main() -> None:
         opts.n, opts.w_n, opts.big, opts.verl_steps = 2e5, 5e4, 4e5, 5
     n, w_n, big = int(opts.n), int(opts.w_n), int(opts.big)
     parts = {opts.part} if opts.part != "all" else {"packing", "worlds", "one-rank", "schedule"}
-    axolotl, axolotl_info = load_axolotl()
-    verl, verl_info = load_verl()
+    peers = parts != {"schedule"}  # the schedule part needs neither
+    axolotl, axolotl_info = load_axolotl() if peers else (None, "not needed")
+    verl, verl_info = load_verl() if peers else (None, "not needed")
     report: dict[str, Any] = {"n": n, "cap": CAP, "G": G, "axolotl": axolotl_info}
     report["verl"] = verl_info
     report["load_average_start"] = os.getloadavg()
