@@ -223,3 +223,41 @@ def test_plan_files_refuse_before_writing_or_skip_the_samples(tmp_path) -> None:
     # The directory's plan is the sampler's: the same ids on every rank.
     s = sampler(lengths, 3, 1, global_batch_size=32, oversize="skip")
     assert d.rank_ids(0, 1).tolist() == s.plan.rank_indices(1, 3).tolist()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 200),
+    kind=st.sampled_from(["ranges", "mask", "indices", "split"]),
+    seed=st.integers(0, 2**16),
+)
+def test_skip_over_every_kind_of_selection_keeps_exactly_its_other_samples(
+    n: int, kind: str, seed: int
+) -> None:
+    lengths = lognormal(n, seed)
+    rng = np.random.default_rng(seed)
+    if kind == "ranges":
+        sel = ep.Selection.from_ranges([(0, n // 2), (n // 2 + 1, n)], n)
+    elif kind == "mask":
+        sel = ep.Selection.from_mask(rng.random(n) < 0.7)
+    elif kind == "indices":
+        sel = ep.Selection.from_indices(rng.permutation(n)[: n // 2 + 1], n)
+    else:
+        sel = ep.random_split(n, [0.6, 0.4], seed=seed)[0]
+    members = np.asarray(sel)
+    s = sampler(lengths, 2, 0, space=sel, global_batch_size=8, oversize="skip")
+    over = np.sort(members[lengths[members] > CAP])
+    assert s.oversize_report.ids.tolist() == over.tolist()  # only the selection's
+    kept = np.asarray(s.plan.space) if len(over) else members
+    assert sorted(kept.tolist()) == sorted(set(members.tolist()) - set(over.tolist()))
+
+
+def test_a_plan_over_a_mixture_reports_only_its_sources_samples() -> None:
+    lengths = np.array([100, 1, 200, 2, 300, 3], dtype=np.int32)
+    evens = ep.Selection.from_indices([0, 2, 4], 6)
+    odds = ep.Selection.from_indices([1, 3, 5], 6)
+    mix = ep.Mixture([odds, evens], quotas=[3, 0])  # no even sample this epoch
+    ids, _ = ep.EpochPlan(mix, 3, lengths=lengths).oversize(50)
+    assert ids.tolist() == [0, 2, 4]  # a later epoch (or phase) may take them
+    ids, _ = ep.EpochPlan(ep.Mixture([odds]), 3, lengths=lengths).oversize(50)
+    assert ids.tolist() == []
