@@ -202,7 +202,7 @@ PLAN_METHODS = sorted(
 )
 
 # Methods that only a token plan answers (others raise).
-TOKEN_PLAN_METHODS = {"step_tokens"}
+TOKEN_PLAN_METHODS = {"step_tokens", "oversize"}
 
 
 def positional_count(function: Callable[..., object]) -> int:
@@ -224,6 +224,7 @@ def valid_args(data: st.DataObject, plan: ep.EpochPlan, method: Callable[..., ob
         "rank": rank,
         "world_size": world_size,
         "micro_batch_size": data.draw(st.integers(1, 4)),
+        "max_tokens": data.draw(st.integers(1, 12)),
         "state": plan.state_dict(),
         # Sample ids of the plan's store (locate, positions_of).
         "sample_ids": np.arange(min(plan.num_samples, 5)),

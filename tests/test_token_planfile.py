@@ -227,7 +227,7 @@ def test_resuming_a_token_plan_sampler_gives_the_rest_of_the_epoch(tmp_path: Pat
         (
             {"lengths": np.arange(20), "max_tokens": 10},
             ValueError,
-            r"lengths\[1\d\] must be <= max_tokens \(10\), got 1\d",
+            r"lengths: 9 samples are longer than max_tokens \(10\).*ids: 11 \(11 tokens\)",
         ),
     ],
 )

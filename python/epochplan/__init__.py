@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         random_split,
         set_num_threads,
     )
+    from epochplan._oversize import OversizeReport
     from epochplan._space_spec import load_space
     from epochplan._split import split
     from epochplan._types import MicroBatch
@@ -57,6 +58,7 @@ _HOMES = {
     "permutation": "epochplan._native",
     "random_split": "epochplan._native",
     "set_num_threads": "epochplan._native",
+    "OversizeReport": "epochplan._oversize",
     "load_space": "epochplan._space_spec",
     "split": "epochplan._split",
     "MicroBatch": "epochplan._types",
@@ -71,6 +73,7 @@ __all__ = [
     "MicroBatches",
     "Mixture",
     "MixtureEpoch",
+    "OversizeReport",
     "Permutation",
     "PlanLayout",
     "Selection",

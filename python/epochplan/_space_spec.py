@@ -40,7 +40,7 @@ _SELECTION_KEYS = {
     "indices": {"indices", "num_samples"},
     "split": {"split", "part", "num_samples", "seed"},
 }
-_MIXTURE_KEYS = {"mixture", "weights", "repeat", "quotas", "num_samples", "seed"}
+_MIXTURE_KEYS = {"mixture", "weights", "repeat", "quotas", "num_samples", "seed", "phases"}
 
 
 def load_space(path: str | os.PathLike[str]) -> Selection | Mixture:
@@ -128,6 +128,16 @@ def _mixture(spec: Mapping[str, Any], base: Path, where: str) -> Mixture:
         for i, s in enumerate(sources)
     ]
     rules = {k: spec[k] for k in ("weights", "repeat", "quotas", "num_samples") if k in spec}
+    if "phases" in spec:
+        phases = spec["phases"]
+        if not isinstance(phases, list) or not all(
+            isinstance(p, list) and len(p) == 2 for p in phases
+        ):
+            raise TypeError(
+                f"{where}['phases'] must be a list of [start_epoch, values] pairs, "
+                f"got {_json_type(phases)}"
+            )
+        rules["phases"] = [tuple(p) for p in phases]
     return Mixture(given, **rules, seed=_int(spec, "seed", where, default=0))
 
 

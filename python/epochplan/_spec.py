@@ -15,22 +15,27 @@ __all__ = ["PlanSpec", "TokenSpec"]
 class TokenSpec:
     """A token plan's arrays and models, as :class:`epochplan.EpochPlan` takes
     them: ``lengths`` (tokens per sample; a numpy array or ``np.memmap``,
-    borrowed), ``loss_tokens`` (default: the lengths), ``cost`` and
-    ``loss_normalization``. Checked by the plan that first uses it."""
+    borrowed), ``loss_tokens`` (default: the lengths), ``cost``,
+    ``loss_normalization`` and ``max_length`` (samples cut to it, for
+    ``oversize="truncate"``). Checked by the plan that first uses it."""
 
     lengths: Any
     loss_tokens: Any = None
     cost: str | tuple[float, float] = "tokens"
     loss_normalization: str | None = None
+    max_length: int | None = None
 
     def plan_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :class:`epochplan.EpochPlan` it stands for."""
-        return {
+        kwargs = {
             "lengths": self.lengths,
             "loss_tokens": self.loss_tokens,
             "cost": self.cost,
             "loss_normalization": self.loss_normalization,
         }
+        if self.max_length is not None:
+            kwargs["max_length"] = self.max_length
+        return kwargs
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,12 @@ def add_parser(sub: Any) -> None:
         help="samples per micro-batch (token plans)",
     )
     p.add_argument(
+        "--oversize",
+        choices=("error", "skip"),
+        default="error",
+        help="a sample longer than --max-tokens: refuse the plan (default) or leave it out",
+    )
+    p.add_argument(
         "--force", action="store_true", help="replace DIR if it is an existing plan directory"
     )
     p.add_argument(
@@ -179,6 +185,7 @@ def _token_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "loss_tokens": args.loss_tokens,
         "max_tokens": args.max_tokens,
         "micro_batch_size": args.micro_batch_size,
+        "oversize": args.oversize,
     }
 
 

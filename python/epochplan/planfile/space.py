@@ -229,6 +229,8 @@ def write_space(space: Selection | Mixture, tmp: Path) -> SpaceInfo:
             "quotas": list(space.quotas),
             "seed": space.seed,
         }
+        if len(space.phases) > 1:  # a schedule: each later phase's quotas
+            spec["phases"] = [[start, list(quotas)] for start, quotas in space.phases[1:]]
     return SpaceInfo(spec, space_digest(space), tuple(files))
 
 

@@ -18,6 +18,8 @@ import numpy as np
 import epochplan._native as _native
 from epochplan._args import bool_arg, int_arg, size_label
 from epochplan._native import Mixture, MixtureEpoch, Selection
+from epochplan._oversize import apply_oversize, oversize_policy
+from epochplan._spec import TokenSpec
 from epochplan._system import available_memory
 from epochplan._version import __version__
 from epochplan.planfile._checks import Progress, absolute, path_arg, progress_arg
@@ -71,6 +73,7 @@ def write_plan(
     loss_normalization: str | None = None,
     micro_batch_size: int | None = None,
     max_tokens: int | None = None,
+    oversize: str = "error",
 ) -> PlanDirectory:
     """Writes the plan of ``epochs`` for ``world_size`` ranks to directory ``out``.
 
@@ -107,6 +110,11 @@ def write_plan(
         micro_batch_size: the most samples per micro-batch (token plans).
         max_tokens: the most tokens per micro-batch (token plans; with
             micro_batch_size, either may be None, not both).
+        oversize: what a sample longer than ``max_tokens`` does, found
+            before anything is written (one pass over the lengths):
+            ``"error"`` (default; names how many and the first ids) or
+            ``"skip"`` (left out of the plan: the directory's space is the
+            space less those ids). ``"truncate"`` is for the samplers.
 
     Returns:
         The new plan directory.
@@ -143,6 +151,7 @@ def write_plan(
     )
     world_size, epoch_list = checked_files(world_size, epochs)
     force = bool_arg(force, "force")  # a truthy string would replace a plan
+    spec = _skip_oversize(spec, lengths, loss_tokens, max_tokens, oversize)
     tokens = _token_args(
         spec,
         world_size,
@@ -164,6 +173,25 @@ def write_plan(
                 parent.rmdir()
         raise
     return open_plan(out)
+
+
+def _skip_oversize(
+    spec: PlanSpec, lengths: Any, loss_tokens: Any, max_tokens: Any, oversize: Any
+) -> PlanSpec:
+    """The spec whose space leaves out the samples over ``max_tokens`` with
+    ``oversize="skip"``; the spec itself otherwise."""
+    policy = oversize_policy(oversize)
+    if policy == "truncate":
+        raise ValueError(
+            'oversize="truncate" is not available for plan files: give oversize="skip", '
+            'or truncate in the sampler (ElasticBatchSampler(..., oversize="truncate"))'
+        )
+    if policy == "error" or lengths is None or max_tokens is None:
+        return spec
+    array = array_source(lengths, "lengths")[0]
+    loss = None if loss_tokens is None else array_source(loss_tokens, "loss_tokens")[0]
+    spec, _, _ = apply_oversize(spec, TokenSpec(array, loss), max_tokens, policy)
+    return spec
 
 
 @dataclass(frozen=True)
@@ -236,6 +264,10 @@ def _token_args(
         cost=cost,
         loss_normalization=loss_normalization,
     )
+    if max_tokens is not None and plan.num_steps:
+        # Every sample over the cap, before any disk work: the plan's check
+        # (one pass over the lengths) names how many and the first ids.
+        plan.num_micro_batches(0, world_size, micro_batch_size, max_tokens=max_tokens)
     digest, loss_digest = dealer.digests()
     loss_record = None
     if loss_digest is not None and loss_source is not None:

@@ -12,6 +12,9 @@ This is the only module of the package that imports torch.
 * :class:`ChunkSampler`: the same for chunked storage (kind ``"chunked"``).
 * :class:`PlanSampler`: the same micro-batches read from a plan directory
   written offline (:mod:`epochplan.planfile`).
+* :class:`PackedCollate`: a token plan's micro-batch packed into one row of
+  varlen-attention inputs (:class:`PackedBatch`), with the loss helpers of
+  :mod:`epochplan.torch.token_loss`.
 
 Rank and world size come from :func:`resolve_rank`: explicit arguments, else
 ``torch.distributed`` (if initialised), else the ``RANK`` / ``WORLD_SIZE``
@@ -27,14 +30,18 @@ from epochplan.torch.collate import (
 )
 from epochplan.torch.distributed import DistributedSampler, ExactDistributedSampler
 from epochplan.torch.elastic import ChunkSampler, ElasticBatchSampler
+from epochplan.torch.packing import PackedBatch, PackedCollate
 from epochplan.torch.plan_sampler import PlanSampler
 from epochplan.torch.rank import RankProvider, resolve_rank, set_rank_provider
+from epochplan.torch.token_loss import sample_losses, token_losses, weighted_loss
 
 __all__ = [
     "ChunkSampler",
     "DistributedSampler",
     "ElasticBatchSampler",
     "ExactDistributedSampler",
+    "PackedBatch",
+    "PackedCollate",
     "PlanSampler",
     "RankProvider",
     "WeightedBatch",
@@ -42,5 +49,8 @@ __all__ = [
     "WeightedDataset",
     "WeightedIndices",
     "resolve_rank",
+    "sample_losses",
     "set_rank_provider",
+    "token_losses",
+    "weighted_loss",
 ]

@@ -17,6 +17,7 @@ from torch.utils.data import Sampler
 
 from epochplan._args import bool_arg, int_arg, is_bool
 from epochplan._native import MAX_SAMPLES, EpochPlan, Mixture, MixtureEpoch, Selection
+from epochplan._oversize import OversizeReport, apply_oversize, report_of
 from epochplan._spec import PlanSpec, TokenSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
@@ -203,6 +204,11 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         max_tokens: the most tokens per micro-batch (token plans).
         cost: ``"tokens"`` or ``(a, b)`` for ``a*L + b*L**2``.
         loss_normalization: ``"tokens"`` (default with lengths) or ``"samples"``.
+        oversize: what a sample longer than ``max_tokens`` does, found at
+            construction in one pass over the lengths: ``"error"`` (default;
+            names how many and the first ids), ``"truncate"`` (cut to its
+            first ``max_tokens`` tokens) or ``"skip"`` (left out of every
+            step and weight); ``oversize_report`` says which.
 
     Examples:
         >>> sampler = ElasticBatchSampler(9, 9, 4, num_replicas=2, rank=1, seed=0)
@@ -224,6 +230,9 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     chunk_size: _SpecField[int | None] = _SpecField()
     preload_nchunks: _SpecField[int | None] = _SpecField()
     drop_last: _SpecField[bool] = _SpecField()
+    #: The samples longer than ``max_tokens`` and what was done with them
+    #: (None without lengths and a token cap).
+    oversize_report: OversizeReport | None = None
 
     @_refuse_torch_names
     def __init__(
@@ -245,6 +254,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         max_tokens: int | None = None,
         cost: str | tuple[float, float] = "tokens",
         loss_normalization: str | None = None,
+        oversize: str = "error",
     ) -> None:
         # Checked by the plan the first _build_plan makes.
         space = data_source_or_num_samples
@@ -275,6 +285,8 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
                 cost=cost,
                 loss_normalization=loss_normalization,
             )
+        # Samples over the cap, found before the first batch (one pass).
+        spec, tokens, report = apply_oversize(spec, tokens, max_tokens, oversize)
         self._start(
             spec,
             micro_batch_size,
@@ -284,6 +296,9 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             tokens=tokens,
             max_tokens=max_tokens,
         )
+        if report is None and tokens is not None and self.max_tokens is not None:
+            report = report_of(self._plan, self.max_tokens)
+        self.oversize_report = report
 
     def _start(
         self,

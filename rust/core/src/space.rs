@@ -30,6 +30,7 @@ mod interleave;
 mod mask;
 mod mixture;
 mod ranges;
+mod schedule;
 mod selection;
 mod split;
 
@@ -40,6 +41,7 @@ pub use mixture::{
     PASS_DOMAIN, STEP_DOMAIN,
 };
 pub use ranges::Ranges;
+pub use schedule::Schedule;
 pub use selection::{Indices, Permuted, Selection, SelectionKind, SharedIds};
 pub use split::{random_split, split_sizes, SPLIT_DOMAIN};
 
@@ -86,6 +88,17 @@ impl Space {
             Space::Range => n,
             Space::Selection(s) => s.num_samples(),
             Space::Mixture { epoch, .. } => epoch.mixture().store_size(),
+        }
+    }
+
+    /// Whether `id` (of a store of `n` samples for `0..n`) can be one of
+    /// the space's ids: O(1) or O(log) for selections, O(sources) for a
+    /// mixture (any sample of any source, whatever the epoch takes).
+    pub fn holds(&self, id: u64, n: u64) -> bool {
+        match self {
+            Space::Range => id < n,
+            Space::Selection(s) => s.contains(id),
+            Space::Mixture { epoch, .. } => epoch.mixture().holds(id),
         }
     }
 

@@ -90,10 +90,12 @@
 
 mod balance;
 mod micro;
+mod oversize;
 mod shares;
 
 pub use balance::{balance, greedy, spread, strided, Balance, CostValue, FloatLoad, Method};
 pub use micro::{cut_share, deal_step, Caps, MicroBatchRef, MicroBatches, ShareCuts, StepDealing};
+pub use oversize::{truncated, Oversize, OversizeReport, OversizeScan, NAMED_IDS};
 pub use shares::StepShares;
 
 use crate::error::{Error, Result};

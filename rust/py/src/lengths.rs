@@ -6,13 +6,14 @@
 use crate::args::{int_arg, str_arg, MAX_I64};
 use crate::errors::IntoPyResult;
 use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
-use epochplan_core::tokens::{Caps, Cost, Normalization};
+use epochplan_core::space::Space;
+use epochplan_core::tokens::{truncated, Caps, Cost, Normalization, OversizeReport, OversizeScan};
 use epochplan_core::{Error, Result};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyTuple};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A plan's token arrays and their digests (computed once, when a state
 /// is first asked for).
@@ -22,7 +23,12 @@ pub struct TokenArrays {
     pub lengths: Py<PyUntypedArray>,
     /// Loss tokens per sample, when not the lengths.
     pub loss_tokens: Option<Py<PyUntypedArray>>,
+    /// Samples longer than this are read cut to it (`oversize="truncate"`).
+    pub max_length: Option<u64>,
     digests: OnceLock<(String, Option<String>)>,
+    /// The oversize reports made so far, by cap: one pass over the lengths
+    /// for each cap a plan is asked for.
+    oversize: Mutex<Vec<Arc<OversizeReport>>>,
 }
 
 impl TokenArrays {
@@ -39,12 +45,39 @@ impl TokenArrays {
         Ok(TokenArrays {
             lengths,
             loss_tokens,
+            max_length: None,
             digests: OnceLock::new(),
+            oversize: Mutex::new(Vec::new()),
         })
     }
 
-    /// Readers of the arrays for the duration of a GIL hold.
+    /// The arrays read with every sample cut to `max_length` tokens.
+    pub fn truncated_to(mut self, max_length: Option<u64>) -> TokenArrays {
+        self.max_length = max_length;
+        self
+    }
+
+    /// Readers of the arrays for the duration of a GIL hold, as the plan
+    /// sees them (cut to `max_length`).
     pub fn readers<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(NumpyLengths<'py>, Option<NumpyLengths<'py>>)> {
+        let (mut lengths, mut loss) = self.raw_readers(py)?;
+        if let Some(cap) = self.max_length {
+            if let Some(loss) = &mut loss {
+                loss.clip = Clip::Loss {
+                    cap,
+                    lengths: Box::new(NumpyLengths::new(self.lengths.bind(py).clone())?),
+                };
+            }
+            lengths.clip = Clip::Lengths(cap);
+        }
+        Ok((lengths, loss))
+    }
+
+    /// Readers of the arrays as given.
+    fn raw_readers<'py>(
         &self,
         py: Python<'py>,
     ) -> PyResult<(NumpyLengths<'py>, Option<NumpyLengths<'py>>)> {
@@ -56,13 +89,45 @@ impl TokenArrays {
         Ok((lengths, loss))
     }
 
+    /// The samples of `space` longer than `max_tokens` (after any cut to
+    /// `max_length`): one pass over the lengths in id order the first time
+    /// a cap is asked for, then kept.
+    pub fn oversize(
+        &self,
+        py: Python<'_>,
+        max_tokens: u64,
+        space: &Space,
+    ) -> PyResult<Arc<OversizeReport>> {
+        if self.max_length.is_some_and(|m| m <= max_tokens) {
+            // Every sample is cut to fit: nothing to read.
+            return Ok(Arc::new(OversizeReport {
+                max_tokens,
+                ids: Vec::new(),
+                lengths: Vec::new(),
+            }));
+        }
+        let mut made = self.oversize.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(report) = made.iter().find(|r| r.max_tokens == max_tokens) {
+            return Ok(report.clone());
+        }
+        let (lengths, _) = self.readers(py)?;
+        let n = lengths.num_samples();
+        let report = Arc::new(
+            lengths
+                .scan("lengths", max_tokens, |id| space.holds(id, n))
+                .py()?,
+        );
+        made.push(report.clone());
+        Ok(report)
+    }
+
     /// The digests of `lengths` and of `loss_tokens` (None when they are
     /// the lengths): O(N) the first time, then kept.
     pub fn digests(&self, py: Python<'_>) -> PyResult<&(String, Option<String>)> {
         if let Some(d) = self.digests.get() {
             return Ok(d);
         }
-        let (lengths, loss) = self.readers(py)?;
+        let (lengths, loss) = self.raw_readers(py)?;
         let made = (
             lengths.digest("lengths").py()?,
             loss.map(|l| l.digest("loss_tokens")).transpose().py()?,
@@ -118,7 +183,25 @@ const DIGEST_CHUNK: usize = 4096;
 #[derive(Debug)]
 pub struct NumpyLengths<'py> {
     array: Bound<'py, PyUntypedArray>,
+    clip: Clip<'py>,
 }
+
+/// How values are cut as they are read (`oversize="truncate"`).
+#[derive(Debug)]
+enum Clip<'py> {
+    /// As they are.
+    None,
+    /// Lengths, cut to the cap.
+    Lengths(u64),
+    /// Loss tokens, less the tokens cut from the sample (its `lengths`).
+    Loss {
+        cap: u64,
+        lengths: Box<NumpyLengths<'py>>,
+    },
+}
+
+/// Values a scan reads at a time.
+const SCAN_CHUNK: usize = 1 << 16;
 
 macro_rules! by_dtype {
     ($array:expr, $name:expr, |$view:ident| $body:expr) => {{
@@ -141,7 +224,52 @@ macro_rules! by_dtype {
 
 impl<'py> NumpyLengths<'py> {
     fn new(array: Bound<'py, PyUntypedArray>) -> PyResult<Self> {
-        Ok(NumpyLengths { array })
+        Ok(NumpyLengths {
+            array,
+            clip: Clip::None,
+        })
+    }
+
+    /// The ids `holds` keeps whose value is above `max_tokens`: one pass in
+    /// id order, a chunk at a time (a memmap is read front to back once).
+    fn scan(
+        &self,
+        name: &str,
+        max_tokens: u64,
+        holds: impl Fn(u64) -> bool,
+    ) -> Result<OversizeReport> {
+        let mut scan = OversizeScan::new(max_tokens)?;
+        let mut buffer: Vec<u64> = Vec::with_capacity(SCAN_CHUNK.min(self.array.len()));
+        by_dtype!(&self.array, name, |view| {
+            let n = view.len();
+            let mut start = 0usize;
+            while start < n {
+                let end = (start + SCAN_CHUNK).min(n);
+                buffer.clear();
+                for (i, value) in view
+                    .slice(numpy::ndarray::s![start..end])
+                    .iter()
+                    .enumerate()
+                {
+                    let value = i128::from(*value);
+                    if value < 0 {
+                        return Err(negative_length(name, (start + i) as i64, value));
+                    }
+                    buffer.push(self.clip_length(value as u64));
+                }
+                scan.feed(&buffer, &holds)?;
+                start = end;
+            }
+            Ok(scan.finish())
+        })
+    }
+
+    /// A length as the plan sees it (cut to the cap when truncating).
+    fn clip_length(&self, value: u64) -> u64 {
+        match self.clip {
+            Clip::Lengths(cap) => value.min(cap),
+            _ => value,
+        }
     }
 
     fn digest(&self, name: &str) -> Result<String> {
@@ -173,25 +301,44 @@ impl SampleLengths for NumpyLengths<'_> {
     fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
         out.try_reserve(ids.len())
             .map_err(|_| Error::Memory("cannot allocate the step's lengths".into()))?;
-        by_dtype!(&self.array, name, |view| {
-            for &id in ids {
-                let value = usize::try_from(id)
-                    .ok()
-                    .and_then(|i| view.get(i))
-                    .ok_or_else(|| {
-                        Error::Index(format!(
-                            "sample id must be in [0, {}), got {id}",
-                            view.len()
-                        ))
-                    })?;
-                let value = i128::from(*value);
-                if value < 0 {
-                    return Err(negative_length(name, id, value));
+        let start = out.len();
+        (|| -> Result<()> {
+            by_dtype!(&self.array, name, |view| {
+                for &id in ids {
+                    let value = usize::try_from(id)
+                        .ok()
+                        .and_then(|i| view.get(i))
+                        .ok_or_else(|| {
+                            Error::Index(format!(
+                                "sample id must be in [0, {}), got {id}",
+                                view.len()
+                            ))
+                        })?;
+                    let value = i128::from(*value);
+                    if value < 0 {
+                        return Err(negative_length(name, id, value));
+                    }
+                    out.push(value as u64);
                 }
-                out.push(value as u64);
+                Ok(())
+            })
+        })()?;
+        match &self.clip {
+            Clip::None => {}
+            Clip::Lengths(cap) => {
+                for v in &mut out[start..] {
+                    *v = (*v).min(*cap);
+                }
             }
-            Ok(())
-        })
+            Clip::Loss { cap, lengths } => {
+                let mut full = Vec::new();
+                lengths.read("lengths", ids, &mut full)?;
+                for (v, &l) in out[start..].iter_mut().zip(&full) {
+                    *v = truncated(l, *v, *cap).1;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -35,7 +35,11 @@ type TokenArgs<'a, 'py> = (
     Option<&'a Bound<'py, PyAny>>,
     Option<&'a Bound<'py, PyAny>>,
     Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
 );
+
+/// Sample ids and their lengths, as two int64 arrays.
+type IdsAndLengths<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
 
 /// What a rank's step gives: its sample ids, or the source of each.
 #[derive(Debug, Clone, Copy)]
@@ -228,13 +232,15 @@ impl EpochPlan {
         let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
         let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
         let mut layout = Layout::new(n, g, drop_last, cursor).py()?;
-        let (lengths, loss_tokens, cost, loss_normalization) = tokens;
+        let (lengths, loss_tokens, cost, loss_normalization, max_length) = tokens;
+        let max_length = crate::args::opt_int_arg(max_length, "max_length", 1, MAX_I64)?;
         let cost = cost_arg(cost)?;
         let normalization = normalization_arg(loss_normalization)?;
         let tokens = match lengths.filter(|l| !l.is_none()) {
             Some(lengths) => {
                 let arrays =
-                    TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), store)?;
+                    TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), store)?
+                        .truncated_to(max_length);
                 let dealing = Dealing::Balanced {
                     cost: cost.unwrap_or(Cost::Tokens),
                 };
@@ -247,6 +253,7 @@ impl EpochPlan {
                     ("loss_tokens", loss_tokens.is_some_and(|l| !l.is_none())),
                     ("loss_normalization", normalization.is_some()),
                     ("cost", cost.is_some_and(|c| c != Cost::Tokens)),
+                    ("max_length", max_length.is_some()),
                 ] {
                     if given {
                         return Err(PyValueError::new_err(format!(
@@ -273,14 +280,37 @@ impl EpochPlan {
         })
     }
 
-    /// The caps of `micro_batch_size` and `max_tokens` for this plan.
+    /// The caps of `micro_batch_size` and `max_tokens` for this plan,
+    /// refused when a sample of the plan is longer than `max_tokens`.
     fn caps(
         &self,
         micro_batch_size: Option<&Bound<'_, PyAny>>,
         max_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<MicroCaps> {
-        Ok(match self.tokens {
-            Some(_) => MicroCaps::Tokens(caps_arg(micro_batch_size, max_tokens)?),
+        self.caps_checked(micro_batch_size, max_tokens, true)
+    }
+
+    /// The caps; with `oversize`, refused when a sample of the plan is
+    /// longer than `max_tokens` (one pass over the lengths a plan and cap).
+    fn caps_checked(
+        &self,
+        micro_batch_size: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
+        oversize: bool,
+    ) -> PyResult<MicroCaps> {
+        Ok(match &self.tokens {
+            Some(tokens) => {
+                let caps = caps_arg(micro_batch_size, max_tokens)?;
+                if let (Some(cap), Some(arg), true) = (caps.max_tokens(), max_tokens, oversize) {
+                    // Every sample over the cap, found before the first batch
+                    // (one pass over the lengths, kept for the plan's life).
+                    let report = tokens.oversize(arg.py(), cap, &self.space.space)?;
+                    if let Some(err) = report.error() {
+                        return Err(err).py();
+                    }
+                }
+                MicroCaps::Tokens(caps)
+            }
             None => MicroCaps::Samples(samples_cap_arg(micro_batch_size, max_tokens)?),
         })
     }
@@ -403,8 +433,9 @@ impl EpochPlan {
                      epoch = Keyword::Omitted, kind = Keyword::Omitted,
                      drop_last = Keyword::Omitted, cursor = Keyword::Omitted,
                      chunk_size = None, preload_nchunks = None, lengths = None,
-                     loss_tokens = None, cost = None, loss_normalization = None),
-        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, chunk_size=None, preload_nchunks=None, lengths=None, loss_tokens=None, cost='tokens', loss_normalization=None)"
+                     loss_tokens = None, cost = None, loss_normalization = None,
+                     max_length = None),
+        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, chunk_size=None, preload_nchunks=None, lengths=None, loss_tokens=None, cost='tokens', loss_normalization=None, max_length=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -421,6 +452,7 @@ impl EpochPlan {
         loss_tokens: Option<&Bound<'_, PyAny>>,
         cost: Option<&Bound<'_, PyAny>>,
         loss_normalization: Option<&Bound<'_, PyAny>>,
+        max_length: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let py = num_samples.py();
         let given = Given::parse(num_samples)?;
@@ -436,8 +468,41 @@ impl EpochPlan {
             cursor,
             chunk_size,
             preload_nchunks,
-            (lengths, loss_tokens, cost, loss_normalization),
+            (lengths, loss_tokens, cost, loss_normalization, max_length),
         )
+    }
+
+    /// Samples longer than this are read cut to it (the tokens after the
+    /// first ``max_length``), or None.
+    #[getter]
+    fn max_length(&self) -> Option<u64> {
+        self.tokens.as_ref().and_then(|t| t.max_length)
+    }
+
+    /// The plan's samples longer than ``max_tokens`` (after any cut to
+    /// ``max_length``): their ids, ascending, and their lengths. One pass
+    /// over the lengths in id order the first time a cap is asked for
+    /// (``micro_batches`` asks before its first batch, and refuses a plan
+    /// that has any), then kept.
+    fn oversize<'py>(
+        &self,
+        py: Python<'py>,
+        max_tokens: &Bound<'py, PyAny>,
+    ) -> PyResult<IdsAndLengths<'py>> {
+        let Some(tokens) = &self.tokens else {
+            return Err(PyValueError::new_err(
+                "this plan has no lengths: give EpochPlan(..., lengths=...)",
+            ));
+        };
+        let cap = int_arg(max_tokens, "max_tokens", 1, MAX_I64)?;
+        let report = tokens.oversize(py, cap, &self.space.space)?;
+        let ids: Vec<i64> = report.ids.iter().map(|&i| i as i64).collect();
+        let lengths: Vec<i64> = report
+            .lengths
+            .iter()
+            .map(|&l| i64::try_from(l).unwrap_or(i64::MAX))
+            .collect();
+        Ok((ids.into_pyarray(py), lengths.into_pyarray(py)))
     }
 
     /// The plan's lengths (tokens per sample, the array given), or None.
@@ -791,7 +856,10 @@ impl EpochPlan {
         if self.tokens.is_some() {
             let step = step_arg(step, self.layout.num_steps(), false)?;
             let (rank, w) = rank_args(rank, world_size)?;
-            let caps = self.caps(Some(micro_batch_size), max_tokens)?;
+            // A sampler's per-step path: the sampler checked the whole
+            // plan at construction; a step's own dealing names any sample
+            // over the cap.
+            let caps = self.caps_checked(Some(micro_batch_size), max_tokens, false)?;
             let plan = self.plan(py)?;
             let given = sample_ids_arg(ids, "ids", plan.store_size())?;
             let batches = self.step_batches(py, &plan, step, rank, w, caps)?;

@@ -169,6 +169,15 @@ impl Mixture {
             .collect()
     }
 
+    /// Whether `id` is a sample of one of the sources (over the run, a
+    /// source shows every one of its samples).
+    pub fn holds(&self, id: u64) -> bool {
+        match &*self.sources {
+            Sources::Sizes { sizes, .. } => id < sizes.iter().sum::<u64>(),
+            Sources::Selections(s) => s.iter().any(|s| s.contains(id)),
+        }
+    }
+
     /// The size of the store the ids belong to: every id is below it (the
     /// sources' total for sizes, the largest store of the selections).
     pub fn store_size(&self) -> u64 {

@@ -29,6 +29,9 @@ const STATE_KEYS: [&str; 10] = [
 /// (a mixture) each source's consumed count.
 const SPACE_KEY: &str = "space";
 
+/// The key a token plan that cuts its samples adds (`max_length`).
+const MAX_LENGTH_KEY: &str = "max_length";
+
 /// The keys a token plan's state adds.
 const TOKEN_KEYS: [&str; 4] = [
     "cost",
@@ -59,6 +62,9 @@ pub(super) fn to_dict<'py>(plan: &EpochPlan, py: Python<'py>) -> PyResult<Bound<
         d.set_item("loss_normalization", plan.loss_normalization())?;
         d.set_item("lengths_digest", lengths)?;
         d.set_item("loss_tokens_digest", loss)?;
+        if let Some(max_length) = tokens.max_length {
+            d.set_item(MAX_LENGTH_KEY, max_length)?;
+        }
     }
     Ok(d)
 }
@@ -86,8 +92,13 @@ pub(super) fn from_dict(
     })?;
     for key in d.keys() {
         let k: String = key.extract().unwrap_or_default();
-        if !STATE_KEYS.contains(&k.as_str()) && !TOKEN_KEYS.contains(&k.as_str()) && k != SPACE_KEY
-        {
+        // A cut (`max_length`) belongs to a token plan's state only.
+        let cut = k == MAX_LENGTH_KEY && d.contains("lengths_digest").unwrap_or(false);
+        let known = STATE_KEYS.contains(&k.as_str())
+            || TOKEN_KEYS.contains(&k.as_str())
+            || k == SPACE_KEY
+            || cut;
+        if !known {
             return Err(PyValueError::new_err(format!(
                 "state has an unknown key {key}"
             )));
@@ -226,7 +237,13 @@ pub(super) fn from_dict(
         given("cursor")?,
         Some(&chunk_size),
         Some(&preload_nchunks),
-        (lengths, loss_tokens, cost.as_ref(), normalization.as_ref()),
+        (
+            lengths,
+            loss_tokens,
+            cost.as_ref(),
+            normalization.as_ref(),
+            d.get_item(MAX_LENGTH_KEY)?.as_ref(),
+        ),
     )
     .map_err(in_state)
     .and_then(|plan| {

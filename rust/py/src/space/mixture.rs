@@ -5,7 +5,8 @@ use super::{getitem, shaped, take, to_array, Selection};
 use crate::args::{int_arg, int_value, positions_arg, Keyword, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use epochplan_core::space::{
-    Mixture as CoreMixture, MixtureEpoch as CoreEpoch, QuotaRule, Selection as CoreSelection,
+    Mixture as CoreMixture, MixtureEpoch as CoreEpoch, QuotaRule, Schedule,
+    Selection as CoreSelection,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -166,6 +167,12 @@ fn ints_arg(obj: &Bound<'_, PyAny>, name: &str, hi: u64) -> PyResult<Vec<u64>> {
 ///     num_samples: the epoch's length with ``weights`` (default: the
 ///         sources' total size).
 ///     seed: the seed of the sources' passes (int in [0, 2**64 - 1]).
+///     phases: a schedule: ``(start_epoch, values)`` pairs, starts
+///         increasing from 1, each giving the epochs from ``start_epoch`` on
+///         new values of the same kind as the first (weights, repeat or
+///         quotas); every phase keeps the epoch's length. Each source's
+///         passes continue across phases: epoch ``e`` takes the next
+///         ``q_k(e)`` samples of source ``k`` (see the index-spaces page).
 ///
 /// At most one of ``weights``, ``repeat`` and ``quotas``; none means every
 /// source once an epoch.
@@ -194,6 +201,8 @@ fn ints_arg(obj: &Bound<'_, PyAny>, name: &str, hi: u64) -> PyResult<Vec<u64>> {
 pub struct Mixture {
     mixture: CoreMixture,
     quotas: Vec<u64>,
+    /// The quotas of every epoch (one phase without a schedule).
+    schedule: Schedule,
     /// The sources as given (ints or Selections).
     sources: Vec<Py<PyAny>>,
 }
@@ -211,9 +220,10 @@ impl Mixture {
     #[new]
     #[pyo3(
         signature = (sources, *, weights = None, repeat = None, quotas = None,
-                     num_samples = None, seed = Keyword::Omitted),
-        text_signature = "(sources, *, weights=None, repeat=None, quotas=None, num_samples=None, seed=0)"
+                     num_samples = None, seed = Keyword::Omitted, phases = None),
+        text_signature = "(sources, *, weights=None, repeat=None, quotas=None, num_samples=None, seed=0, phases=None)"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         sources: &Bound<'_, PyAny>,
         weights: Option<&Bound<'_, PyAny>>,
@@ -221,6 +231,7 @@ impl Mixture {
         quotas: Option<&Bound<'_, PyAny>>,
         num_samples: Option<&Bound<'_, PyAny>>,
         seed: Keyword<'_>,
+        phases: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let seed = match seed.given() {
             Some(s) => int_arg(s, "seed", 0, MAX_U64)?,
@@ -269,14 +280,78 @@ impl Mixture {
         // empty source, the epoch's length), made now rather than at the
         // first epoch.
         mixture.epoch(&quotas, &vec![0; quotas.len()]).py()?;
+        let py = sources.py();
+        let mut table = vec![(0, quotas.clone())];
+        if let Some(phases) = phases.filter(|p| !p.is_none()) {
+            for (j, item) in phases.try_iter()?.enumerate() {
+                let name = format!("phases[{}]", j + 1);
+                let pair = item?;
+                let pair = pair.cast::<PyTuple>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "{name} must be a pair (start_epoch, values), got {}",
+                        type_name(&pair)
+                    ))
+                })?;
+                if pair.len() != 2 {
+                    return Err(PyValueError::new_err(format!(
+                        "{name} must be a pair (start_epoch, values), got {} items",
+                        pair.len()
+                    )));
+                }
+                let start = int_arg(&pair.get_item(0)?, &format!("{name}[0]"), 1, MAX_U64)?;
+                let values = pair.get_item(1)?;
+                let values_name = format!("{name}[1]");
+                let phase_rule = match &rule {
+                    QuotaRule::Weights { num_samples, .. } => QuotaRule::Weights {
+                        weights: floats_arg(&values, &values_name)?,
+                        num_samples: *num_samples,
+                    },
+                    QuotaRule::Repeat(_) => QuotaRule::Repeat(floats_arg(&values, &values_name)?),
+                    QuotaRule::Quotas(_) => {
+                        QuotaRule::Quotas(ints_arg(&values, &values_name, MAX_I64)?)
+                    }
+                    QuotaRule::Once => {
+                        return Err(PyValueError::new_err(
+                            "phases need weights, repeat or quotas: the first phase's values",
+                        ))
+                    }
+                };
+                // The core names the values (`weights[0]`); the message says
+                // which phase they are.
+                let in_phase = |e: PyErr| {
+                    PyErr::from_type(e.get_type(py), format!("{values_name}: {}", e.value(py)))
+                };
+                let phase_quotas = mixture.quotas(&phase_rule).py().map_err(in_phase)?;
+                mixture
+                    .epoch(&phase_quotas, &vec![0; phase_quotas.len()])
+                    .py()
+                    .map_err(in_phase)?;
+                table.push((start, phase_quotas));
+            }
+        }
+        let schedule = Schedule::new(table).py()?;
         Ok(Self {
             mixture,
             quotas,
+            schedule,
             sources: given,
         })
     }
 
-    /// Each source's samples an epoch (``q_k``).
+    /// The schedule: ``(start_epoch, quotas)`` of each phase, the first at
+    /// epoch 0 (one phase without ``phases``).
+    #[getter]
+    fn phases(&self) -> Vec<(u64, Vec<u64>)> {
+        self.schedule.phases().to_vec()
+    }
+
+    /// The quotas of ``epoch`` (its phase's).
+    fn quotas_at(&self, epoch: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        let epoch = int_arg(epoch, "epoch", 0, MAX_U64)?;
+        Ok(self.schedule.quotas(epoch).to_vec())
+    }
+
+    /// Each source's samples an epoch (``q_k``; the first phase's).
     #[getter]
     fn quotas(&self) -> Vec<u64> {
         self.quotas.clone()
@@ -339,6 +414,7 @@ impl Mixture {
         };
         let consumed = match consumed {
             Some(c) => ints_arg(c, "consumed", MAX_U64)?,
+            None if this.schedule.phases().len() > 1 => this.schedule.consumed(number).py()?,
             None => this
                 .quotas
                 .iter()
@@ -353,7 +429,10 @@ impl Mixture {
                 })
                 .collect::<PyResult<Vec<u64>>>()?,
         };
-        let inner = this.mixture.epoch(&this.quotas, &consumed).py()?;
+        let inner = this
+            .mixture
+            .epoch(this.schedule.quotas(number), &consumed)
+            .py()?;
         Ok(MixtureEpoch {
             inner,
             number,
@@ -368,13 +447,21 @@ impl Mixture {
         let kwargs = PyDict::new(py);
         kwargs.set_item("quotas", self.quotas.clone())?;
         kwargs.set_item("seed", self.mixture.seed())?;
+        if self.schedule.phases().len() > 1 {
+            kwargs.set_item("phases", self.schedule.phases()[1..].to_vec())?;
+        }
         let sources = PyList::new(py, self.sources.iter().map(|s| s.bind(py)))?;
         Ok((PyTuple::new(py, [sources])?, kwargs))
     }
 
     fn __repr__(&self) -> String {
+        let phases = match self.schedule.phases() {
+            [_] => String::new(),
+            [_, later @ ..] => format!(", phases={later:?}"),
+            [] => String::new(),
+        };
         format!(
-            "Mixture(sizes={:?}, quotas={:?}, seed={})",
+            "Mixture(sizes={:?}, quotas={:?}, seed={}{phases})",
             self.mixture.sizes(),
             self.quotas,
             self.mixture.seed()
