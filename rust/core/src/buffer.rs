@@ -251,7 +251,7 @@ pub(crate) fn advise_huge_pages<T>(_memory: &[T]) {}
 /// it: random lookups issue their misses ahead of their use, and nothing
 /// holds up the instructions after a prefetch as a load would.
 #[inline(always)]
-pub(crate) fn prefetch<T>(item: &T) {
+pub fn prefetch<T>(item: &T) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     // SAFETY: a prefetch reads nothing and faults on no address; SSE, which
