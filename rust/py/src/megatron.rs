@@ -22,7 +22,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
     arr.as_slice()
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous array")))
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous, aligned array")))
 }
 
 fn state_of(key: &PyReadonlyArray1<'_, u32>, pos: usize) -> PyResult<RandomState> {
@@ -130,7 +130,7 @@ fn slice_mut<'a, T: numpy::Element>(
     name: &str,
 ) -> PyResult<&'a mut [T]> {
     arr.as_slice_mut()
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous array")))
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous, aligned array")))
 }
 
 /// `build_blending_indices`: fills both outputs in place.

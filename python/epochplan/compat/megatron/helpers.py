@@ -40,7 +40,8 @@ def _int32_array(values: npt.ArrayLike, name: str) -> npt.NDArray[np.int32]:
         raise TypeError(f"{name} must be an array of integers, got dtype {arr.dtype}")
     if arr.dtype != np.int32 and arr.size and (arr.min() < 0 or arr.max() > _INT32_MAX):
         raise ValueError(f"{name} must hold values in [0, 2**31 - 1]")
-    return np.ascontiguousarray(arr, dtype=np.int32)
+    # Aligned too: Megatron's .idx arrays start at unaligned offsets.
+    return np.require(arr, np.int32, ["C_CONTIGUOUS", "ALIGNED"])
 
 
 def _int(value: Any, name: str, lo: int, hi: int) -> int:
