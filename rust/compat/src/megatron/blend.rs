@@ -67,27 +67,32 @@ struct Group {
     members: Vec<u16>,
     /// The member to take next.
     next: usize,
-    /// Samples taken from each member before `next`, as a double.
-    taken: f64,
+    /// Samples taken from each member before `next`.
+    taken: i64,
     /// Exhaustive variant: samples of each member; retired when `taken` reaches it.
     size: Option<i64>,
 }
 
-impl Group {
-    fn retired(&self) -> bool {
-        self.size.is_some_and(|s| self.taken == s as f64)
-    }
-}
-
-/// The blocked search over groups.
+/// The blocked search over groups. The arrays hold one lane per group, in
+/// blocks of [`LANES`] (the last padded with lanes whose error is -inf).
+#[derive(Debug)]
 struct Search {
     groups: Vec<Group>,
+    /// Per lane: the weight, the samples taken from the group's next member
+    /// (+inf once retired) and that member.
+    weight: Vec<f64>,
+    taken: Vec<f64>,
+    source: Vec<u16>,
     /// Per block: the bound's intercept and slope, `bound(x) = base + x * slope`.
     base: Vec<f64>,
     slope: Vec<f64>,
+    bounds: Vec<f64>,
     /// Added to every bound: the rounding of an error and of a bound.
     margin: f64,
 }
+
+/// The best lane of a block: its error, source, and lane.
+type Best = (f64, u16, usize);
 
 impl Search {
     fn new(mut groups: Vec<Group>, positions: usize) -> Search {
@@ -98,72 +103,88 @@ impl Search {
                 .then(a.members[0].cmp(&b.members[0]))
         });
         let blocks = groups.len().div_ceil(LANES);
+        let lanes = blocks * LANES;
         let largest = groups.iter().map(|g| g.weight.abs()).fold(0.0, f64::max);
         let scale = (largest + 1.0) * (positions as f64 + 2.0);
+        let mut weight = vec![0.0; lanes];
+        let mut taken = vec![f64::INFINITY; lanes];
+        let mut source = vec![u16::MAX; lanes];
+        for (g, group) in groups.iter().enumerate() {
+            weight[g] = group.weight;
+            taken[g] = 0.0;
+            source[g] = group.members[0];
+        }
+        let slope = (0..blocks)
+            .map(|b| {
+                weight[b * LANES..(b + 1) * LANES]
+                    .iter()
+                    .fold(0.0, |a: f64, &w| a.max(w))
+            })
+            .collect();
         let mut search = Search {
             groups,
+            weight,
+            taken,
+            source,
             base: vec![0.0; blocks],
-            slope: vec![0.0; blocks],
+            slope,
+            bounds: vec![0.0; blocks],
             margin: scale * f64::EPSILON * 64.0,
         };
         for b in 0..blocks {
-            let lo = b * LANES;
-            let hi = (lo + LANES).min(search.groups.len());
-            search.slope[b] = search.groups[lo..hi]
-                .iter()
-                .map(|g| g.weight)
-                .fold(0.0, f64::max);
             search.evaluate(b, 1.0);
         }
         search
     }
 
-    /// The error of group `g` at `x`, and the source it would give.
-    #[inline]
-    fn error(&self, g: usize, x: f64) -> (f64, u16) {
-        let group = &self.groups[g];
-        if group.retired() {
-            return (f64::NEG_INFINITY, u16::MAX);
-        }
-        (group.weight * x - group.taken, group.members[group.next])
-    }
-
     /// The best (largest error, then lowest source) of block `b` at `x`; the
     /// block's bound restarts from it.
-    #[inline]
-    fn evaluate(&mut self, b: usize, x: f64) -> (f64, u16, usize) {
+    #[inline(always)]
+    fn evaluate(&mut self, b: usize, x: f64) -> Best {
         let lo = b * LANES;
-        let hi = (lo + LANES).min(self.groups.len());
-        let mut best = (f64::NEG_INFINITY, u16::MAX, usize::MAX);
-        for g in lo..hi {
-            let (e, k) = self.error(g, x);
-            if e > best.0 || (e == best.0 && k < best.1) {
-                best = (e, k, g);
-            }
+        let weight: &[f64; LANES] = self.weight[lo..lo + LANES]
+            .try_into()
+            .unwrap_or(&[0.0; LANES]);
+        let taken: &[f64; LANES] = self.taken[lo..lo + LANES]
+            .try_into()
+            .unwrap_or(&[0.0; LANES]);
+        let source: &[u16; LANES] = self.source[lo..lo + LANES]
+            .try_into()
+            .unwrap_or(&[0; LANES]);
+        let mut error = [0.0; LANES];
+        for j in 0..LANES {
+            error[j] = weight[j] * x - taken[j];
         }
-        self.base[b] = best.0 - x * self.slope[b] + self.margin;
-        best
+        // Branch-free: which lane is largest is as good as random, and a
+        // mispredicted branch per lane would cost more than the arithmetic.
+        let top = error.iter().fold(f64::NEG_INFINITY, |a, &e| a.max(e));
+        // The lowest source among the lanes at the top, with its lane.
+        let mut key = u32::MAX;
+        for j in 0..LANES {
+            let candidate = (u32::from(source[j]) << 8) | j as u32;
+            let off_top = u32::from(error[j] != top).wrapping_neg();
+            key = key.min(candidate | off_top);
+        }
+        self.base[b] = top - x * self.slope[b] + self.margin;
+        (top, (key >> 8) as u16, lo + (key & 0xff) as usize)
     }
 
     /// The group Megatron takes at `x`, and its source.
+    #[inline(always)]
     fn choose(&mut self, x: f64) -> (usize, u16) {
         let blocks = self.base.len();
         let mut first = 0;
         let mut top = f64::NEG_INFINITY;
         for b in 0..blocks {
             let bound = self.base[b] + x * self.slope[b];
-            if bound > top {
-                top = bound;
-                first = b;
-            }
+            self.bounds[b] = bound + self.margin;
+            let above = bound > top;
+            top = if above { bound } else { top };
+            first = if above { b } else { first };
         }
         let mut best = self.evaluate(first, x);
         for b in 0..blocks {
-            if b == first {
-                continue;
-            }
-            let bound = self.base[b] + x * self.slope[b] + self.margin;
-            if bound < best.0 {
+            if self.bounds[b] < best.0 || b == first {
                 continue;
             }
             let found = self.evaluate(b, x);
@@ -175,17 +196,57 @@ impl Search {
     }
 
     /// Takes a sample of group `g` at `x`: returns its index in its source.
+    #[inline(always)]
     fn take(&mut self, g: usize, x: f64) -> i64 {
         let group = &mut self.groups[g];
-        let sample = group.taken as i64;
+        let sample = group.taken;
         group.next += 1;
         if group.next == group.members.len() {
             group.next = 0;
-            group.taken += 1.0;
+            group.taken += 1;
         }
+        self.source[g] = group.members[group.next];
+        self.taken[g] = if group.size == Some(group.taken) {
+            f64::INFINITY
+        } else {
+            group.taken as f64
+        };
         self.evaluate(g / LANES, x);
         sample
     }
+}
+
+/// Fills positions `0..index.len()`: the loop of both variants.
+#[inline(always)]
+fn fill_with(search: &mut Search, index: &mut [i16], sample: &mut [i64]) {
+    for (i, (source_out, sample_out)) in index.iter_mut().zip(sample.iter_mut()).enumerate() {
+        let x = (i as f64).max(1.0);
+        let (g, source) = search.choose(x);
+        *source_out = source as i16;
+        *sample_out = search.take(g, x);
+    }
+}
+
+/// [`fill_with`] compiled for AVX2, whose wider vectors evaluate a block in
+/// two instructions. (No fused multiply-add: Rust never contracts `a * x -
+/// c`, so the errors are rounded as Megatron rounds them.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn fill_avx2(search: &mut Search, index: &mut [i16], sample: &mut [i64]) {
+    fill_with(search, index, sample);
+}
+
+fn fill(search: &mut Search, index: &mut [i16], sample: &mut [i64]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        #[allow(unsafe_code)]
+        // SAFETY: the processor was just seen to have AVX2.
+        unsafe {
+            fill_avx2(search, index, sample);
+        }
+        return;
+    }
+    fill_with(search, index, sample);
 }
 
 /// Sources grouped by weight bits (and size).
@@ -206,7 +267,7 @@ fn groups_of(weights: &[f64], sizes: Option<&[i64]>) -> Vec<Group> {
                 weight: f64::from_bits(bits),
                 members: vec![k],
                 next: 0,
-                taken: 0.0,
+                taken: 0,
                 size: sizes.map(|_| size),
             }),
         }
@@ -240,12 +301,11 @@ pub fn build_blending_indices(
     }
     check_outputs(dataset_index, dataset_sample_index, size)?;
     let mut search = Search::new(groups_of(weights, None), size);
-    for i in 0..size {
-        let x = (i as f64).max(1.0);
-        let (g, source) = search.choose(x);
-        dataset_index[i] = source as i16;
-        dataset_sample_index[i] = search.take(g, x);
-    }
+    fill(
+        &mut search,
+        &mut dataset_index[..size],
+        &mut dataset_sample_index[..size],
+    );
     Ok(())
 }
 
@@ -273,12 +333,11 @@ pub fn build_exhaustive_blending_indices(
     let total = total as usize;
     check_outputs(dataset_index, dataset_sample_index, total)?;
     let mut search = Search::new(groups_of(&weights, Some(sizes)), total);
-    for i in 0..total {
-        let x = (i as f64).max(1.0);
-        let (g, source) = search.choose(x);
-        dataset_index[i] = source as i16;
-        dataset_sample_index[i] = search.take(g, x);
-    }
+    fill(
+        &mut search,
+        &mut dataset_index[..total],
+        &mut dataset_sample_index[..total],
+    );
     Ok(())
 }
 
