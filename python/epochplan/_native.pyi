@@ -334,6 +334,9 @@ def megatron_sample_idx(
     add_extra_token_to_sequence: int,
     int64: bool,
 ) -> npt.NDArray[Any]: ...
+def megatron_tokens_per_epoch(
+    sequence_lengths: npt.NDArray[np.int32], indices: npt.NDArray[np.int32]
+) -> int: ...
 def megatron_document_index(
     documents: npt.NDArray[np.int32],
     num_epochs: int,

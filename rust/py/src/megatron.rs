@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(megatron_sample_idx, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_document_index, m)?)?;
+    m.add_function(wrap_pyfunction!(megatron_tokens_per_epoch, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_shuffle_index, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_blending_indices, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_exhaustive_blending_indices, m)?)?;
@@ -79,6 +80,18 @@ fn megatron_sample_idx<'py>(
         let rows = flat.len() / 2;
         Ok(flat.into_pyarray(py).reshape([rows, 2])?.into_any())
     }
+}
+
+/// `_get_num_tokens_per_epoch`: the tokens of the documents `indices`.
+#[pyfunction]
+fn megatron_tokens_per_epoch(
+    py: Python<'_>,
+    sequence_lengths: PyReadonlyArray1<'_, i32>,
+    indices: PyReadonlyArray1<'_, i32>,
+) -> PyResult<i64> {
+    let sizes = slice(&sequence_lengths, "sequence_lengths")?;
+    let docs = slice(&indices, "indices")?;
+    py.detach(|| gpt::tokens_per_epoch(sizes, docs)).py()
 }
 
 type WithState<'py, A> = (Bound<'py, A>, Bound<'py, PyArray1<u32>>, usize);

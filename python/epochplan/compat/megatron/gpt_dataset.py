@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 import epochplan._native as _native
-from epochplan.compat.megatron.helpers import build_sample_idx
+from epochplan.compat.megatron.helpers import build_sample_idx, int32_array
 
 __all__ = [
     "GPTIndices",
@@ -185,18 +185,15 @@ def build_gpt_indices(
         >>> idx
         GPTIndices(documents=8, samples=11, sample_index=int32, shuffle_index=uint32)
     """
-    lengths = np.asarray(sequence_lengths)
-    docs = np.asarray(indices)
-    if docs.ndim != 1 or docs.dtype.kind not in "iu" or docs.size == 0:
-        raise ValueError("indices must be a non-empty one-dimensional array of integers")
-    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
-        raise TypeError("sequence_lengths must be a one-dimensional array of integers")
-    if docs.min() < 0 or docs.max() >= lengths.shape[0]:
-        raise ValueError(f"indices must be document ids in [0, {lengths.shape[0] - 1}]")
+    lengths = int32_array(sequence_lengths, "sequence_lengths")
+    docs = int32_array(indices, "indices")
+    if docs.size == 0:
+        raise ValueError("indices must not be empty")
     if num_samples is not None and num_samples < 0:
         raise ValueError(f"num_samples must be non-negative or None, got {num_samples}")
     extra = int(bool(add_extra_token_to_sequence))
-    tokens_per_epoch = int(np.sum(lengths[docs], dtype=np.int64))
+    # Checks every id against the lengths too.
+    tokens_per_epoch = _native.megatron_tokens_per_epoch(lengths, docs)
     num_epochs = get_num_epochs(tokens_per_epoch, num_samples, sequence_length, bool(extra))
     separate_final_epoch = False
     sans_final = 0

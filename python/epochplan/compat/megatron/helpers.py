@@ -30,7 +30,7 @@ __all__ = [
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def _int32_array(values: npt.ArrayLike, name: str) -> npt.NDArray[np.int32]:
+def int32_array(values: npt.ArrayLike, name: str) -> npt.NDArray[np.int32]:
     """``values`` as a contiguous one-dimensional int32 array, refusing values
     int32 cannot hold (the C++ would wrap them)."""
     arr = np.asarray(values)
@@ -63,8 +63,8 @@ def _sample_idx(
     int64: bool,
 ) -> npt.NDArray[Any]:
     out: npt.NDArray[Any] = _native.megatron_sample_idx(
-        _int32_array(sizes, "sizes"),
-        _int32_array(document_idx, "document_idx"),
+        int32_array(sizes, "sizes"),
+        int32_array(document_idx, "document_idx"),
         _int(seq_length, "seq_length", 2, _INT32_MAX),
         _int(num_epochs, "num_epochs", 1, _INT32_MAX),
         _int(tokens_per_epoch, "tokens_per_epoch", 2, 2**63 - 1),
@@ -153,8 +153,8 @@ def build_sample_idx(
         >>> build_sample_idx([5, 3, 4], [0, 1, 2], 4, 1, 12).tolist()
         [[0, 0], [0, 4], [2, 0]]
     """
-    sizes32 = _int32_array(sizes, "sizes")
-    docs32 = _int32_array(document_indices, "document_indices")
+    sizes32 = int32_array(sizes, "sizes")
+    docs32 = int32_array(document_indices, "document_indices")
     largest = max(docs32.shape[0], int(sizes32.max()) if sizes32.size else 0)
     return _sample_idx(
         sizes32,

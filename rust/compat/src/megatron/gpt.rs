@@ -183,6 +183,30 @@ pub fn build_sample_idx<T: SampleInt>(
     Ok(out)
 }
 
+/// `GPTDataset._get_num_tokens_per_epoch`: the tokens of `documents`, each a
+/// document id of `sizes` (checked).
+pub fn tokens_per_epoch(sizes: &[i32], documents: &[i32]) -> Result<i64> {
+    let mut total = 0i64;
+    for (j, &doc) in documents.iter().enumerate() {
+        if let Some(ahead) = documents.get(j + AHEAD) {
+            if let Some(size) = usize::try_from(*ahead).ok().and_then(|d| sizes.get(d)) {
+                prefetch(size);
+            }
+        }
+        let size = usize::try_from(doc)
+            .ok()
+            .and_then(|d| sizes.get(d))
+            .ok_or_else(|| {
+                Error::Value(format!(
+                    "indices[{j}] = {doc} is not a document of sequence_lengths (0 to {})",
+                    sizes.len() as i64 - 1
+                ))
+            })?;
+        total += i64::from(*size);
+    }
+    Ok(total)
+}
+
 /// `_build_document_index`: `documents` once per epoch, shuffled by `state`;
 /// with `separate_final_epoch` (and more than one epoch), the first
 /// `num_epochs - 1` epochs shuffled together, then the last one alone.
