@@ -16,11 +16,21 @@
 //!   below `2^32 - 2` samples and int64 from there.
 
 use super::random_state::RandomState;
-use epochplan_core::buffer::{prefetch, vec_with_capacity};
+use epochplan_core::buffer::{advise_huge_pages, prefetch, vec_with_capacity};
 use epochplan_core::{Error, Result};
 
 /// Document-index positions between a prefetch of a size and its use.
 const AHEAD: usize = 32;
+
+/// An empty vector with room for `count` items, its memory advised to use
+/// huge pages: an index is shuffled or filled at random places, and with
+/// 4 KiB pages each access would also miss the TLB (and each first touch
+/// fault).
+fn index_buffer<T>(count: usize, what: &str) -> Result<Vec<T>> {
+    let mut items = vec_with_capacity(count, what)?;
+    advise_huge_pages(items.spare_capacity_mut());
+    Ok(items)
+}
 
 /// An integer type of the sample index (int32 or int64).
 pub trait SampleInt: Copy + Send {
@@ -128,7 +138,7 @@ pub fn build_sample_idx<T: SampleInt>(
         .ok()
         .and_then(|r| r.checked_mul(2))
         .ok_or_else(|| Error::Overflow(format!("{count} samples do not fit in memory")))?;
-    let mut out: Vec<T> = vec_with_capacity(rows, "the sample index")?;
+    let mut out: Vec<T> = index_buffer(rows, "the sample index")?;
     let size_of = |position: usize| -> Result<i64> {
         let doc = document_idx[position];
         let size = usize::try_from(doc)
@@ -220,7 +230,7 @@ pub fn build_document_index(
         .len()
         .checked_mul(num_epochs)
         .ok_or_else(|| Error::Overflow("the document index does not fit in memory".into()))?;
-    let mut index: Vec<i32> = vec_with_capacity(total, "the document index")?;
+    let mut index: Vec<i32> = index_buffer(total, "the document index")?;
     for _ in 0..num_epochs {
         index.extend_from_slice(documents);
     }
@@ -250,7 +260,7 @@ fn shuffled_ranges<T: Copy>(
     state: &mut RandomState,
     of: impl Fn(usize) -> T,
 ) -> Result<Vec<T>> {
-    let mut index: Vec<T> = vec_with_capacity(total_size, "the shuffle index")?;
+    let mut index: Vec<T> = index_buffer(total_size, "the shuffle index")?;
     index.extend((0..total_size).map(of));
     let (first, last) = index.split_at_mut(num_samples);
     state.shuffle(first);

@@ -13,9 +13,9 @@
 //! `i < 2^32` and otherwise 64 bits, two 32-bit outputs high half first.
 //!
 //! The draws do not depend on the array's contents, so [`RandomState::shuffle`]
-//! draws a batch of partners ahead and prefetches their cache lines before
-//! swapping: the swaps of a large array are cache misses, and this way many
-//! are in flight at once instead of one.
+//! draws each partner some swaps ahead and prefetches its cache line: the
+//! swaps of a large array are cache misses, and this way many are in flight
+//! at once instead of one.
 
 use epochplan_core::buffer::prefetch;
 
@@ -105,10 +105,10 @@ pub struct RandomState {
     mt: Mt19937,
 }
 
-/// Partners drawn ahead of their swaps.
-const BATCH: usize = 256;
-/// Swaps between the prefetch of a partner's line and its swap.
-const AHEAD: usize = 24;
+/// Swaps between the draw (and prefetch) of a partner and its swap.
+const AHEAD: usize = 48;
+/// The partners drawn and not yet swapped: a power of two above [`AHEAD`].
+const RING: usize = 64;
 
 impl RandomState {
     /// `numpy.random.RandomState(seed)`.
@@ -154,34 +154,25 @@ impl RandomState {
     }
 
     /// `RandomState.shuffle` of a one-dimensional array: the same swaps in the
-    /// same order, and the generator left where numpy leaves it.
+    /// same order, and the generator left where numpy leaves it. Partners
+    /// are drawn [`AHEAD`] swaps early and their lines prefetched, so that
+    /// many cache misses are in flight at once.
     pub fn shuffle<T: Copy>(&mut self, items: &mut [T]) {
         let n = items.len();
         if n < 2 {
             return;
         }
-        let mut partners = [0usize; BATCH];
-        let mut i = n - 1;
-        while i > 0 {
-            let count = i.min(BATCH);
-            for (t, partner) in partners[..count].iter_mut().enumerate() {
-                *partner = self.interval((i - t) as u64) as usize;
+        let swaps = n - 1;
+        let mut ring = [0usize; RING];
+        let mut drawn = 0;
+        for done in 0..swaps {
+            while drawn < swaps && drawn < done + AHEAD {
+                let partner = self.interval((swaps - drawn) as u64) as usize;
+                prefetch(&items[partner]);
+                ring[drawn % RING] = partner;
+                drawn += 1;
             }
-            for t in 0..count {
-                if t + AHEAD < count {
-                    prefetch(&items[partners[t + AHEAD]]);
-                }
-                items.swap(i - t, partners[t]);
-            }
-            // The next batch's first partners are prefetched by its own loop
-            // only from AHEAD on: prefetch them now.
-            i -= count;
-            if i > 0 {
-                let next = i.min(AHEAD);
-                for t in 0..next {
-                    prefetch(&items[i - t]);
-                }
-            }
+            items.swap(swaps - done, ring[done % RING]);
         }
     }
 }
