@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from epochplan.cli.arguments import Help, UsageError
+from epochplan.cli.arguments import Help, UsageError, count, positive
 
 MEGATRON_CACHE_HELP = """\
 Write the index cache megatron-core 0.16.1 builds before training (each
@@ -32,15 +32,8 @@ examples:
 
 
 def _samples(text: str) -> int | None:
-    if text.lower() == "none":
-        return None
-    try:
-        value = float(text) if any(c in text for c in ".eE") else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a sample count or none, got {text!r}") from None
-    if value < 0 or value != int(value):
-        raise argparse.ArgumentTypeError(f"expected a whole, non-negative count, got {text!r}")
-    return int(value)
+    """A sample count (``1e6``, ``10**6``, ...) or ``none``."""
+    return None if text.lower() == "none" else count(text)
 
 
 def add_parser(sub: Any) -> None:
@@ -56,8 +49,8 @@ def add_parser(sub: Any) -> None:
         p.add_argument(
             f"--{name}-samples", type=_samples, default=None, metavar="N", help="samples (or none)"
         )
-    p.add_argument("--seq-length", type=int, required=True, metavar="S")
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--seq-length", type=positive, required=True, metavar="S")
+    p.add_argument("--seed", type=count, default=1234, help="random_seed (default 1234)")
     p.add_argument("--data-cache-path", type=Path, required=True, metavar="DIR")
     p.add_argument("--tokenizer-identifiers", required=True, metavar="JSON")
     p.add_argument("--mid-level-dataset-surplus", type=float, default=0.005, metavar="F")

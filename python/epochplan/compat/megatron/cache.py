@@ -18,6 +18,7 @@ Megatron's unique description includes the tokenizer's
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import itertools
@@ -77,7 +78,9 @@ def read_index(prefix: str | os.PathLike[str]) -> IndexedDatasetIndex:
     binary = Path(f"{os.fspath(prefix)}.bin")
     for path in (idx, binary):
         if not path.is_file():
-            raise FileNotFoundError(2, f"{path}: no such file (a blend source)", str(path))
+            raise FileNotFoundError(
+                errno.ENOENT, "no such file (a blend source needs its .idx and .bin)", str(path)
+            )
     size = idx.stat().st_size
     with idx.open("rb") as f:
         head = f.read(34)

@@ -13,7 +13,7 @@
 //!   differ only by their counts, so the group's best member is the lowest
 //!   one among those with the fewest samples taken: a group is taken round
 //!   robin, in index order, and acts as one source.
-//! - Groups are sorted by weight and cut into blocks of [`LANES`]. Each block
+//! - Groups are sorted by weight and cut into blocks of eight. Each block
 //!   keeps the largest error it had when last evaluated; an error grows by at
 //!   most the block's largest weight per position, so that value plus the
 //!   block's largest weight times the positions since (and a margin for the

@@ -155,7 +155,7 @@ impl RandomState {
 
     /// `RandomState.shuffle` of a one-dimensional array: the same swaps in the
     /// same order, and the generator left where numpy leaves it. Partners
-    /// are drawn [`AHEAD`] swaps early and their lines prefetched, so that
+    /// are drawn 48 swaps early and their lines prefetched, so that
     /// many cache misses are in flight at once.
     pub fn shuffle<T: Copy>(&mut self, items: &mut [T]) {
         let n = items.len();
