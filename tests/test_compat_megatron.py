@@ -49,17 +49,6 @@ def test_sample_index_is_megatrons_for_int32_and_int64(docs, epochs, seq, drop, 
     same(em.build_sample_idx(*wrap), meg_helpers.build_sample_idx(*wrap))
 
 
-@pytest.mark.parametrize(("drop", "extra"), [(True, 1), (False, 0)])
-def test_sample_index_of_a_million_documents_is_walked_in_pieces_identically(drop, extra):
-    # From 2**20 documents the walk runs on all threads, piece by piece.
-    rng = np.random.default_rng(11)
-    sizes = rng.integers(0, 300, 1_200_000).astype(np.int32)
-    doc_idx = rng.permutation(1_200_000).astype(np.int32)
-    args = (sizes, doc_idx, 128, 1, int(sizes.sum()) + 1000, drop, extra)
-    same(em.build_sample_idx_int32(*args), helpers_cpp.build_sample_idx_int32(*args))
-    same(em.build_sample_idx_int64(*args), helpers_cpp.build_sample_idx_int64(*args))
-
-
 def test_sample_index_past_the_last_document_matches():
     # tokens_per_epoch larger than the documents hold: the walk runs off the
     # end and repeats the last document's final offset, as the C++ does.

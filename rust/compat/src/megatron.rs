@@ -3,11 +3,9 @@
 //! - [`random_state`]: numpy's legacy `RandomState` (MT19937) and its shuffle.
 //! - [`gpt`]: `GPTDataset`'s document, sample and shuffle indices
 //!   (`helpers_cpp.build_sample_idx` among them).
-//! - [`sample_walk`]: the sample index walked on several threads.
 //! - [`blend`]: `BlendedDataset`'s blending indices
 //!   (`helpers_cpp.build_blending_indices` and the exhaustive variant).
 
 pub mod blend;
 pub mod gpt;
 pub mod random_state;
-pub mod sample_walk;

@@ -16,14 +16,8 @@
 //!   below `2^32 - 2` samples and int64 from there.
 
 use super::random_state::RandomState;
-use super::sample_walk;
 use epochplan_core::buffer::{advise_huge_pages, prefetch, vec_with_capacity};
-use epochplan_core::parallel;
 use epochplan_core::{Error, Result};
-
-/// From this many documents, the sample index is walked on all threads
-/// (`sample_walk`), when there are several.
-const PARALLEL_DOCUMENTS: usize = 1 << 20;
 
 /// Document-index positions between a prefetch of a size and its use.
 const AHEAD: usize = 32;
@@ -39,7 +33,7 @@ fn index_buffer<T>(count: usize, what: &str) -> Result<Vec<T>> {
 }
 
 /// An integer type of the sample index (int32 or int64).
-pub trait SampleInt: Copy + Send + Sync + Default {
+pub trait SampleInt: Copy + Send {
     /// The largest value the type holds.
     const MAX: i64;
     /// `value`, which the caller checked fits.
@@ -144,15 +138,6 @@ pub fn build_sample_idx<T: SampleInt>(
         .ok()
         .and_then(|r| r.checked_mul(2))
         .ok_or_else(|| Error::Overflow(format!("{count} samples do not fit in memory")))?;
-    if document_idx.len() >= PARALLEL_DOCUMENTS && parallel::num_threads() > 1 {
-        let mut out: Vec<T> = index_buffer(rows, "the sample index")?;
-        out.resize(rows, T::default());
-        let walked =
-            sample_walk::walk(sizes, document_idx, seq_length, add_extra, count, &mut out)?;
-        if walked.is_some() {
-            return Ok(out);
-        }
-    }
     let mut out: Vec<T> = index_buffer(rows, "the sample index")?;
     let size_of = |position: usize| -> Result<i64> {
         let doc = document_idx[position];
