@@ -66,10 +66,12 @@ def prefixes(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def megatron_build(cache: Path, blend, split, sizes, seq, seed, extra=True, surplus=0.005):
+    per_split = isinstance(blend, list)
     config = meg_gpt.GPTDatasetConfig(
         random_seed=seed,
         sequence_length=seq,
-        blend=blend,
+        blend=None if per_split else blend,
+        blend_per_split=blend if per_split else None,
         split=split,
         path_to_cache=str(cache),
         tokenizer=Tokenizer(),
@@ -95,17 +97,41 @@ CASES = {
     "one-prefix": (lambda p: ([p[0]], None), "80,20,0", [500, None, None], 32, 99, False),
     "by-length": (lambda p: (p, None), "90,10,0", [1000, 60, None], 48, 5, True),
     "exhaustive": (lambda p: (p[1:], None), "1,0,0", [None, None, None], 40, 11, True),
+    # A blend per split: weighted, one source alone, by length, none.
+    "per-split": (
+        lambda p: [(p[::2], [1.0, 2.0]), ([p[1]], None), (p[:2], None)],
+        None,
+        [2000, None, 300],
+        64,
+        3,
+        True,
+    ),
+    "per-split-partial": (
+        lambda p: [(p, [1.0, 1.0, 2.0]), None, None],
+        None,
+        [500, 0, 0],
+        32,
+        8,
+        True,
+    ),
 }
 
 
-def our_build(cache: Path, blend, split, sizes, seq, seed, extra) -> None:
+def _data_args(blend) -> list[str]:
     prefixes, weights = blend
-    data = (
-        [str(a) for pair in zip(weights, prefixes, strict=True) for a in pair]
-        if weights
-        else prefixes
-    )
-    argv = ["megatron-cache", "--data-path", *data, "--split", split]
+    if not weights:
+        return list(prefixes)
+    return [str(a) for pair in zip(weights, prefixes, strict=True) for a in pair]
+
+
+def our_build(cache: Path, blend, split, sizes, seq, seed, extra) -> None:
+    argv = ["megatron-cache"]
+    if isinstance(blend, list):
+        for name, part in zip(("train", "valid", "test"), blend, strict=True):
+            if part is not None:
+                argv += [f"--{name}-data-path", *_data_args(part)]
+    else:
+        argv += ["--data-path", *_data_args(blend), "--split", split]
     for name, size in zip(("train", "valid", "test"), sizes, strict=True):
         argv += [f"--{name}-samples", "none" if size is None else str(size)]
     argv += ["--seq-length", str(seq), "--seed", str(seed), "--data-cache-path", str(cache)]

@@ -43,8 +43,15 @@ def add_parser(sub: Any) -> None:
         description=MEGATRON_CACHE_HELP,
         formatter_class=Help,
     )
-    p.add_argument("--data-path", nargs="+", required=True, metavar="ARG", help="the blend")
-    p.add_argument("--split", default="969, 30, 1", help="train,valid,test weights")
+    p.add_argument("--data-path", nargs="+", metavar="ARG", help="the blend")
+    p.add_argument("--split", default=None, help="train,valid,test weights (default 969, 30, 1)")
+    for name in ("train", "valid", "test"):
+        p.add_argument(
+            f"--{name}-data-path",
+            nargs="+",
+            metavar="ARG",
+            help=f"the {name} split's own blend (instead of --data-path and --split)",
+        )
     for name in ("train", "valid", "test"):
         p.add_argument(
             f"--{name}-samples", type=_samples, default=None, metavar="N", help="samples (or none)"
@@ -93,11 +100,19 @@ def run(args: argparse.Namespace) -> int:
     from epochplan.compat.megatron.cache import write_cache
 
     t0 = time.perf_counter()
-    prefixes, weights = _blend(args.data_path)
+    per_split = [args.train_data_path, args.valid_data_path, args.test_data_path]
+    if any(per_split):
+        if args.data_path or args.split:
+            raise UsageError("--train/valid/test-data-path exclude --data-path and --split")
+        blend, split, blend_per_split = None, None, [p and _blend(p) for p in per_split]
+    elif args.data_path:
+        blend, split, blend_per_split = _blend(args.data_path), args.split or "969, 30, 1", None
+    else:
+        raise UsageError("give --data-path, or --train-data-path and the others")
     written = write_cache(
         args.data_cache_path,
-        (prefixes, weights),
-        args.split,
+        blend,
+        split,
         [args.train_samples, args.valid_samples, args.test_samples],
         sequence_length=args.seq_length,
         random_seed=args.seed,
@@ -105,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         mid_level_dataset_surplus=args.mid_level_dataset_surplus,
         add_extra_token_to_sequence=not args.no_extra_token,
         drop_last_partial_validation_sequence=not args.keep_last_partial_validation_sequence,
+        blend_per_split=blend_per_split,
     )
     seconds = time.perf_counter() - t0
     print(f"wrote {len(written)} datasets' indices to {args.data_cache_path} in {seconds:.2f} s")

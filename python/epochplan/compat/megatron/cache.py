@@ -165,8 +165,8 @@ class _Config:
 
     random_seed: int
     sequence_length: int
-    split: str
-    split_matrix: list[tuple[float, float] | None]
+    split: str | None
+    split_matrix: list[tuple[float, float] | None] | None
     tokenizer: dict[str, Any]
     add_extra_token_to_sequence: bool
     drop_last_partial_validation_sequence: bool
@@ -183,11 +183,10 @@ def _gpt_dataset(
     prefix: str,
     index: IndexedDatasetIndex,
     split_id: int,
+    bounds: tuple[float, float],
     num_samples: int | None,
     config: _Config,
 ) -> _GPT:
-    bounds = config.split_matrix[split_id]
-    assert bounds is not None  # only splits of the matrix are built
     count = index.sequence_lengths.shape[0]
     beg, end = round(bounds[0] * float(count)), round(bounds[1] * float(count))
     if end <= beg:
@@ -229,10 +228,86 @@ def _gpt_dataset(
     return _GPT(identifiers, indices.sample_index.shape[0] - 1)
 
 
+def _blend_split(
+    cache: Path,
+    sources: Sequence[tuple[str, IndexedDatasetIndex]],
+    weights: list[float] | None,
+    split_id: int,
+    bounds: tuple[float, float],
+    size: int | None,
+    config: _Config,
+    surplus: float,
+) -> None:
+    """One split of a blend: each source's GPTDataset, then the
+    BlendedDataset over them, as the builder makes them."""
+    if weights is not None:
+        if size is None:
+            raise ValueError(f"a weighted blend needs a size for the {SPLITS[split_id]} split")
+        target = [t for [t] in get_size_per_split_per_dataset(weights, [size])]
+        buffer = [b for [b] in get_size_per_split_per_dataset(weights, [size], surplus)]
+    parts = [
+        _gpt_dataset(
+            cache, prefix, index, split_id, bounds, None if weights is None else buffer[k], config
+        )
+        for k, (prefix, index) in enumerate(sources)
+    ]
+    # The weights BlendedDataset is given; it normalizes them (again) when
+    # it has a size, and its description holds what it blends with.
+    given: list[float] | list[int]
+    blend_size: int | None
+    if weights is not None:
+        given = weights
+        blend_size = sum(int(t or 0) for t in target)
+    else:
+        given = [p.num_samples for p in parts]
+        blend_size = None if size is None else min(size, sum(given))
+    blend_weights = given if blend_size is None else normalize(given)
+    dataset_index, dataset_sample_index = build_blended_indices(given, blend_size)
+    taken = np.bincount(dataset_index, minlength=len(parts))
+    for k, part in enumerate(parts):
+        if taken[k] > part.num_samples:
+            raise ValueError(
+                f"the {SPLITS[split_id]} blend takes {taken[k]} samples from {sources[k][0]}, "
+                f"which has {part.num_samples}: raise mid_level_dataset_surplus"
+            )
+    identifiers = OrderedDict(
+        [
+            ("class", "BlendedDataset"),
+            ("datasets", [p.identifiers for p in parts]),
+            ("split", SPLITS[split_id]),
+            ("weights", blend_weights),
+            ("size", blend_size),
+        ]
+    )
+    description, md5 = _description(identifiers)
+    _save(
+        cache,
+        f"{md5}-BlendedDataset-{SPLITS[split_id]}",
+        description,
+        {"dataset_index": dataset_index, "dataset_sample_index": dataset_sample_index},
+    )
+
+
+Blend = Sequence[str] | tuple[Sequence[str], Sequence[float] | None]
+
+
+def _parse_blend(blend: Blend, name: str) -> tuple[list[str], list[float] | None]:
+    if isinstance(blend, tuple):
+        prefixes = [str(p).strip() for p in blend[0]]
+        weights = None if blend[1] is None else [float(w) for w in blend[1]]
+    else:
+        prefixes, weights = [str(p).strip() for p in blend], None
+    if not prefixes:
+        raise ValueError(f"{name} must name at least one prefix")
+    if weights is not None and len(weights) != len(prefixes):
+        raise ValueError(f"{name} must give one weight per prefix")
+    return prefixes, weights
+
+
 def write_cache(
     path_to_cache: str | os.PathLike[str],
-    blend: Sequence[str] | tuple[Sequence[str], Sequence[float] | None],
-    split: str,
+    blend: Blend | None,
+    split: str | None,
     sizes: Sequence[int | None],
     *,
     sequence_length: int,
@@ -241,6 +316,7 @@ def write_cache(
     mid_level_dataset_surplus: float = DEFAULT_SURPLUS,
     add_extra_token_to_sequence: bool = True,
     drop_last_partial_validation_sequence: bool = True,
+    blend_per_split: Sequence[Blend | None] | None = None,
 ) -> list[Path]:
     """Writes the index cache megatron-core's GPT builder would write.
 
@@ -248,8 +324,10 @@ def write_cache(
         path_to_cache: The cache directory (``config.path_to_cache``,
             Megatron-LM's ``--data-cache-path``); created if missing.
         blend: The prefixes, or ``(prefixes, weights)`` as
-            ``config.blend`` (weights None: blend by the datasets' lengths).
-        split: ``config.split``, e.g. ``"969,30,1"``.
+            ``config.blend`` (weights None: blend by the datasets' lengths);
+            None with ``blend_per_split``.
+        split: ``config.split``, e.g. ``"969,30,1"``; None with
+            ``blend_per_split``.
         sizes: Samples of the train, valid and test blends (None: one epoch).
         sequence_length: ``config.sequence_length``.
         random_seed: ``config.random_seed``.
@@ -257,87 +335,61 @@ def write_cache(
         mid_level_dataset_surplus: ``config.mid_level_dataset_surplus``.
         add_extra_token_to_sequence: ``config.add_extra_token_to_sequence``.
         drop_last_partial_validation_sequence: as the config's.
+        blend_per_split: ``config.blend_per_split``: a blend (or None) for
+            each of train, valid and test, each split's sources whole.
 
     Returns:
-        The description files written, one per dataset.
+        The description files of the directory, one per dataset.
 
     Raises:
         FileNotFoundError: A blend source's ``.idx`` or ``.bin`` is missing.
         ValueError: A bad ``.idx`` (named), split, size or weight.
     """
-    if isinstance(blend, tuple):
-        prefixes, weights = [str(p).strip() for p in blend[0]], blend[1]
-    else:
-        prefixes, weights = [str(p).strip() for p in blend], None
-    if not prefixes:
-        raise ValueError("blend must name at least one prefix")
     if len(sizes) != len(SPLITS):
         raise ValueError(f"sizes must give the train, valid and test sizes, got {list(sizes)}")
-    if weights is not None and len(weights) != len(prefixes):
-        raise ValueError("blend must give one weight per prefix")
-    if weights is not None and any(s is None for s in sizes):
-        raise ValueError("a weighted blend needs a size for every split")
+    per_split = blend_per_split is not None
+    if per_split and (blend is not None or split is not None):
+        raise ValueError("blend_per_split excludes blend and split")
+    if not per_split and (blend is None or split is None):
+        raise ValueError("give blend and split, or blend_per_split")
+    if per_split and len(blend_per_split or ()) != len(SPLITS):
+        raise ValueError("blend_per_split must give a blend (or None) for train, valid and test")
     config = _Config(
         random_seed,
         sequence_length,
         split,
-        split_matrix(split),
+        None if split is None else split_matrix(split),
         dict(tokenizer),
         add_extra_token_to_sequence,
         drop_last_partial_validation_sequence,
     )
-    indexes = [read_index(p) for p in prefixes]
+    blends = (
+        [None if b is None else _parse_blend(b, "blend_per_split") for b in blend_per_split or ()]
+        if per_split
+        else [_parse_blend(blend, "blend")] * len(SPLITS)  # type: ignore[arg-type]
+    )
+    indexes = {p: read_index(p) for b in blends if b is not None for p in b[0]}
     cache = Path(path_to_cache)
     cache.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    live = [i for i in range(len(SPLITS)) if config.split_matrix[i] is not None]
-    if len(prefixes) == 1 and weights is None:
-        for i in live:
-            _gpt_dataset(cache, prefixes[0], indexes[0], i, sizes[i], config)
-        return sorted(cache.glob("*-description.txt"))
-    norm = normalize(weights) if weights is not None else None
-    if norm is not None:
-        target = get_size_per_split_per_dataset(norm, sizes)
-        buffer = get_size_per_split_per_dataset(norm, sizes, surplus=mid_level_dataset_surplus)
-    for i in live:
-        parts = [
-            _gpt_dataset(cache, prefix, index, i, None if norm is None else buffer[k][i], config)
-            for k, (prefix, index) in enumerate(zip(prefixes, indexes, strict=True))
-        ]
-        # The weights BlendedDataset is given; it normalizes them (again)
-        # when it has a size, and its description holds what it blends with.
-        given: list[float] | list[int]
-        size: int | None
-        if norm is not None:
-            given = norm
-            size = sum(int(target[k][i] or 0) for k in range(len(prefixes)))
-        else:
-            given = [p.num_samples for p in parts]
-            size = None if sizes[i] is None else min(int(sizes[i] or 0), sum(given))
-        blend_weights = given if size is None else normalize(given)
-        dataset_index, dataset_sample_index = build_blended_indices(given, size)
-        taken = np.bincount(dataset_index, minlength=len(parts))
-        for k, part in enumerate(parts):
-            if taken[k] > part.num_samples:
-                raise ValueError(
-                    f"the {SPLITS[i]} blend takes {taken[k]} samples from {prefixes[k]}, which "
-                    f"has {part.num_samples}: raise mid_level_dataset_surplus"
-                )
-        identifiers = OrderedDict(
-            [
-                ("class", "BlendedDataset"),
-                ("datasets", [p.identifiers for p in parts]),
-                ("split", SPLITS[i]),
-                ("weights", blend_weights),
-                ("size", size),
-            ]
-        )
-        description, md5 = _description(identifiers)
-        _save(
+    for i in range(len(SPLITS)):
+        parsed = blends[i]
+        bounds = (0.0, 1.0) if per_split else (config.split_matrix or [None] * 3)[i]
+        if parsed is None or bounds is None:
+            continue
+        prefixes, weights = parsed
+        # One source alone is a GPTDataset without a blend (with a blend
+        # per split, even a weighted one).
+        if len(prefixes) == 1 and (per_split or weights is None):
+            _gpt_dataset(cache, prefixes[0], indexes[prefixes[0]], i, bounds, sizes[i], config)
+            continue
+        _blend_split(
             cache,
-            f"{md5}-BlendedDataset-{SPLITS[i]}",
-            description,
-            {"dataset_index": dataset_index, "dataset_sample_index": dataset_sample_index},
+            [(p, indexes[p]) for p in prefixes],
+            None if weights is None else normalize(weights),
+            i,
+            bounds,
+            sizes[i],
+            config,
+            mid_level_dataset_surplus,
         )
-    written = sorted(cache.glob("*-description.txt"))
-    return written
+    return sorted(cache.glob("*-description.txt"))
