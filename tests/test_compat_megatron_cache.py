@@ -209,3 +209,37 @@ def test_bad_sources_are_errors_naming_the_file(prefixes, tmp_path, capsys):
     assert main(argv) == 1
     assert "missing.idx" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_a_failed_write_leaves_complete_files_or_none(prefixes, tmp_path, monkeypatch):
+    import epochplan.compat.megatron.cache as cache_module
+
+    real_save = np.save
+    saves = []
+
+    def failing_save(f, array):
+        saves.append(array.shape)
+        if len(saves) == 5:
+            f.write(b"partial")
+            raise OSError(28, "No space left on device")
+        real_save(f, array)
+
+    monkeypatch.setattr(cache_module.np, "save", failing_save)
+    with pytest.raises(OSError, match="No space left"):
+        cache_module.write_cache(
+            tmp_path,
+            (prefixes, [1.0, 1.0, 1.0]),
+            "90,8,2",
+            [100, 10, 10],
+            sequence_length=32,
+            random_seed=1,
+            tokenizer={"class": "t"},
+        )
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert not [n for n in names if n.endswith(".tmp")]
+    # The first dataset is whole (three indices and its description); the
+    # second has the indices written before the failure, each complete.
+    assert len([n for n in names if n.endswith("description.txt")]) == 1
+    for name in names:
+        if name.endswith(".npy"):
+            assert np.load(tmp_path / name).size > 0
