@@ -342,6 +342,45 @@ def streaming_get_shuffle(
     block_size: int,
 ) -> tuple[npt.NDArray[np.int64], bool]: ...
 
+# megatron-core's dataset indices (rust/py/src/megatron.rs); the arrays come
+# typed and contiguous from epochplan.compat.megatron.
+def megatron_sample_idx(
+    sizes: npt.NDArray[np.int32],
+    document_idx: npt.NDArray[np.int32],
+    seq_length: int,
+    num_epochs: int,
+    tokens_per_epoch: int,
+    drop_last_partial_sequence: bool,
+    add_extra_token_to_sequence: int,
+    int64: bool,
+) -> npt.NDArray[Any]: ...
+def megatron_tokens_per_epoch(
+    sequence_lengths: npt.NDArray[np.int32], indices: npt.NDArray[np.int32]
+) -> int: ...
+def megatron_document_index(
+    documents: npt.NDArray[np.int32],
+    num_epochs: int,
+    key: npt.NDArray[np.uint32],
+    pos: int,
+    separate_final_epoch: bool,
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint32], int]: ...
+def megatron_shuffle_index(
+    num_samples: int, total_size: int, key: npt.NDArray[np.uint32], pos: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint32], int]: ...
+def megatron_blending_indices(
+    dataset_index: npt.NDArray[np.int16],
+    dataset_sample_index: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
+    num_datasets: int,
+    size: int,
+) -> None: ...
+def megatron_exhaustive_blending_indices(
+    dataset_index: npt.NDArray[np.int16],
+    dataset_sample_index: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    num_datasets: int,
+) -> None: ...
+
 # Streaming's partitions (rust/py/src/streaming_partition.rs); they warn and
 # log as Streaming does.
 def streaming_partitions(

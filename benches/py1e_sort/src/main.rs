@@ -10,8 +10,8 @@
 //! alternate the sorts; each time includes copying the unsorted pairs in,
 //! whose own time is the last row.
 
-use epochplan_core::streaming::numpy_rng::Generator;
-use epochplan_core::streaming::shuffle::SortScratch;
+use epochplan_compat::streaming::numpy_rng::Generator;
+use epochplan_compat::streaming::shuffle::SortScratch;
 use std::time::Instant;
 
 const PIECE: i64 = 10_000;

@@ -1,4 +1,5 @@
-"""The ``epochplan`` command: ``plan``, ``verify``, ``permute`` and ``bench``.
+"""The ``epochplan`` command: ``plan``, ``verify``, ``permute``, ``bench`` and
+``megatron-cache``.
 
 Every user mistake (a bad number, a missing directory, an existing output
 without ``--force``) prints one line on stderr and exits with status 2 (bad
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser. Imports the commands, and with them
     numpy and the native module."""
     from epochplan._version import __version__
-    from epochplan.cli import audit, bench, parts, permute, plan, verify
+    from epochplan.cli import audit, bench, megatron_cache, parts, permute, plan, verify
     from epochplan.cli.arguments import Help, Parser
 
     parser = Parser(
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"epochplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for command in (plan, verify, audit, permute, bench):
+    for command in (plan, verify, audit, permute, bench, megatron_cache):
         command.add_parser(sub)
     parts.add_merge_parser(sub)
     return parser

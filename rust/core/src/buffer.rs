@@ -226,7 +226,7 @@ fn try_zeroed(len: usize) -> Option<Vec<i64>> {
 /// which are correct too.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-pub(crate) fn advise_huge_pages<T>(memory: &[T]) {
+pub fn advise_huge_pages<T>(memory: &[T]) {
     const PAGE: usize = 4096;
     let bytes = std::mem::size_of_val(memory);
     if bytes < HUGE_PAGE_MIN_BYTES {
@@ -245,13 +245,13 @@ pub(crate) fn advise_huge_pages<T>(memory: &[T]) {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn advise_huge_pages<T>(_memory: &[T]) {}
+pub fn advise_huge_pages<T>(_memory: &[T]) {}
 
 /// Asks the processor to bring `item`'s cache line in, without waiting for
 /// it: random lookups issue their misses ahead of their use, and nothing
 /// holds up the instructions after a prefetch as a load would.
 #[inline(always)]
-pub(crate) fn prefetch<T>(item: &T) {
+pub fn prefetch<T>(item: &T) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     // SAFETY: a prefetch reads nothing and faults on no address; SSE, which

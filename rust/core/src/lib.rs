@@ -20,17 +20,18 @@
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //! - [`audit`]: the exactly-once audit's bitmap of consumed ids.
 //!
-//! Beside them: [`streaming`] (MosaicML Streaming's partitioner and
-//! shuffles, bit for bit), [`buffer`] (fallible large allocations),
-//! [`parallel`] (the thread pool's pieces, the same result on any thread
-//! count) and [`error`] (the one error enum).
+//! Beside them: [`buffer`] (fallible large allocations), [`parallel`] (the
+//! thread pool's pieces, the same result on any thread count) and [`error`]
+//! (the one error enum).
+//!
+//! Other libraries' orders, reimplemented bit for bit (MosaicML Streaming's,
+//! megatron-core's), live beside this crate in `epochplan-compat`.
 //!
 //! The only `unsafe` is the calls into builds of hot loops for instructions
 //! beyond baseline x86-64 (AVX2, AVX-512, BMI2) after the CPU was seen to
 //! have them: the cipher's batch evaluator, a mask's rank and select, the
-//! interleave of a mixture, the numpy generator's shuffle walk and `py1e`'s
-//! sort; their unaligned vector loads and stores and streaming stores into
-//! bounds-checked slices and arrays; and the allocation of large zeroed
+//! interleave of a mixture; their unaligned vector loads and stores and
+//! streaming stores into bounds-checked slices and arrays; and the allocation of large zeroed
 //! outputs with a huge-page hint (`buffer.rs`). Each carries its reason in a
 //! `SAFETY` comment.
 #![deny(unsafe_code)]
@@ -51,7 +52,6 @@ pub mod planfile;
 pub mod shuffle;
 pub mod space;
 pub mod split;
-pub mod streaming;
 pub mod tokens;
 
 pub use error::{Error, Result};

@@ -494,7 +494,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "KINDS",
         PyTuple::new(m.py(), epochplan_core::order::KIND_NAMES)?,
     )?;
-    let algos = epochplan_core::streaming::shuffle::Algo::ALL.map(|a| a.name());
+    let algos = epochplan_compat::streaming::shuffle::Algo::ALL.map(|a| a.name());
     m.add("STREAMING_ALGOS", PyTuple::new(m.py(), algos)?)?;
     m.add_function(wrap_pyfunction!(_check_int, m)?)?;
     m.add_function(wrap_pyfunction!(_check_bool, m)?)?;

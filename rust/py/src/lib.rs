@@ -15,6 +15,7 @@ mod errors;
 mod layout;
 mod lengths;
 mod mapped;
+mod megatron;
 mod permutation;
 mod plan;
 mod planfile;
@@ -46,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     planfile::register(m)?;
     token_files::register(m)?;
     mapped::register(m)?;
+    megatron::register(m)?;
     space::register(m)?;
     errors::register(m)?;
     args::register(m)?;

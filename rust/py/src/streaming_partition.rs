@@ -7,7 +7,7 @@
 
 use crate::args::{int_arg, int_value, opt_int_arg, MAX_I64};
 use crate::errors::{to_py_as_numpy, IntoPyResult};
-use epochplan_core::streaming::partition::{
+use epochplan_compat::streaming::partition::{
     check_drop_first, Algo, Notice, Partition, PartitionArgs,
 };
 use numpy::{IntoPyArray, PyArrayMethods};

@@ -3,9 +3,9 @@
 
 use crate::args::{asarray, int_arg, int_value, str_arg, MAX_I64, MAX_U64};
 use crate::errors::{to_py_as_numpy, IntoPyResult};
+use epochplan_compat::streaming::numpy_rng::{Generator, SeedSequence};
+use epochplan_compat::streaming::shuffle::{self, Algo};
 use epochplan_core::buffer::copy_of;
-use epochplan_core::streaming::numpy_rng::{Generator, SeedSequence};
-use epochplan_core::streaming::shuffle::{self, Algo};
 use numpy::{IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;

@@ -8,7 +8,7 @@ use super::py1br::draw_between;
 use super::sort::{SortScratch, FINE_BITS};
 use super::spans::Span;
 use super::walk::fill_shuffled;
-use crate::error::Result;
+use epochplan_core::error::Result;
 use crate::streaming::numpy_rng::Generator;
 use std::sync::Mutex;
 

@@ -12,8 +12,8 @@
 //! epoch's generator.
 
 use super::spans::{alloc_ids, node_spans, Span};
-use crate::error::{Error, Result};
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::error::{Error, Result};
 
 /// Python's `int(factor * block_size)` (the product rounded as a double).
 pub(super) fn scaled_block(factor: f64, block_size: u64) -> i128 {

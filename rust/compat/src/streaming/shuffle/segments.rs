@@ -19,9 +19,9 @@ use super::blocks::{shifted, Py1eBlocks, ScratchPool};
 use super::sort::{SortScratch, FINE_BITS};
 use super::spans::Span;
 use super::walk::{fill_ids, lock};
-use crate::buffer::vec_with_capacity;
-use crate::error::Result;
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::buffer::vec_with_capacity;
+use epochplan_core::error::Result;
 use rayon::prelude::*;
 
 /// The fewest samples per piece, on average, of a node sorted in segments:
@@ -264,14 +264,14 @@ impl Py1eBlocks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parallel;
     use crate::streaming::shuffle::py1br::scaled_block;
     use crate::streaming::shuffle::py1e::py1e;
     use crate::streaming::shuffle::spans::{node_spans, total_samples};
+    use epochplan_core::parallel;
 
     #[test]
     fn large_nodes_sorted_in_segments_agree_with_one_sort() {
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         // Segments of 4,096 shifted positions: every node below spans
         // several (one node, as a single task whose segments run on the
         // pool, or several nodes); blocks are sometimes smaller than pieces.
@@ -311,7 +311,7 @@ mod tests {
         // A piece whose shifts can cross a segment's start is counted and
         // sorted on both sides; a wrong margin shows in a few epochs of
         // hundreds only (373, 403 and 504 when the lower margin was +1).
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         let sizes: Vec<i64> = (0..500).map(|i| (i * 7919) % 300 + 1).collect();
         let n = total_samples(&sizes).unwrap();
         let epochs = if cfg!(debug_assertions) { 40 } else { 640 };

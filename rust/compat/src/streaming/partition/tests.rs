@@ -191,7 +191,7 @@ fn relaxed_keeps_the_global_order() {
 
 #[test]
 fn any_thread_count_gives_the_same_output() {
-    let _threads = parallel::test_threads_lock();
+    let _threads = crate::test_threads_lock();
     let part = Partition::new(Algo::Orig, &args(1 << 20, 8, 4, 2, 3, 7, 40)).unwrap();
     parallel::set_num_threads(1);
     let one = part.to_vec().unwrap();

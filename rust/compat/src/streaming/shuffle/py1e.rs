@@ -28,10 +28,10 @@ use super::walk::{
     draw_partners, fill_with_partners, go_parallel, in_pieces, lock, PartnerPool,
     OUTSTANDING_PER_THREAD,
 };
-use crate::buffer::{prefault, zeroed_ids};
-use crate::error::{Error, Result};
-use crate::parallel;
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::buffer::{prefault, zeroed_ids};
+use epochplan_core::error::{Error, Result};
+use epochplan_core::parallel;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Shifted positions per segment of a large canonical node: each segment is
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(segment_len(u64::MAX, 1, 1), i64::MAX);
         // Through `get_shuffle`, whose segments follow the thread count:
         // the same output on every count.
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         let sizes: Vec<i64> = (0..500).map(|i| (i * 7919) % 300 + 1).collect();
         let run = |threads| {
             parallel::set_num_threads(threads);
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn parallel_errors_are_errors() {
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         // A block size that gives no valid random block fails in the first
         // node, skipped or run, on any number of threads.
         let sizes = vec![1000i64; 300];

@@ -73,9 +73,9 @@ mod walk;
 
 pub use sort::{sort_by_keys, SortScratch};
 
-use crate::error::{Error, Result};
-use crate::parallel;
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::error::{Error, Result};
+use epochplan_core::parallel;
 use py1br::py1br;
 use py1e::py1e;
 use py1s::py1s;
@@ -219,7 +219,7 @@ pub fn get_shuffle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parallel;
+    use epochplan_core::parallel;
 
     fn is_permutation(ids: &[i64]) -> bool {
         let mut seen = vec![false; ids.len()];
@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn parallel_and_sequential_agree() {
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         let sizes: Vec<i64> = (0..300).map(|i| (i * 7919) % 5000 + 1).collect();
         for algo in Algo::ALL {
             parallel::set_num_threads(1);

@@ -15,7 +15,7 @@
 //! ([`avx512`]), with the scalar loops' results. A large sort writes its
 //! output with streaming stores ([`STREAM_MIN`]).
 
-use crate::error::{Error, Result};
+use epochplan_core::error::{Error, Result};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;

@@ -20,7 +20,7 @@
 //!   rejection in `[0, i]`, on 32-bit draws when `i < 2^32`), `permutation`,
 //!   and `uniform` (`low + (high - low) * random()`).
 
-use crate::error::{Error, Result};
+use epochplan_core::error::{Error, Result};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -13,9 +13,9 @@ use super::walk::{
     draw_partners, fill_shuffled, fill_with_partners, go_parallel, in_pieces, lock, PartnerPool,
     OUTSTANDING_PER_THREAD,
 };
-use crate::buffer::zeroed_ids;
-use crate::error::Result;
-use crate::parallel;
+use epochplan_core::buffer::zeroed_ids;
+use epochplan_core::error::Result;
+use epochplan_core::parallel;
 
 /// Samples per parallel piece of `py1s`.
 const PY1S_PIECE: i64 = 1 << 18;
@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn py1s_pieces_agree_across_thread_counts() {
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         // Many pieces: the generator's thread draws the swap partners of
         // some pieces for tasks and shuffles others itself, depending on
         // timing; the output must not depend on which.

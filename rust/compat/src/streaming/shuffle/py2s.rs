@@ -8,9 +8,9 @@
 //! shuffle needs the first one's buffer, so there is no cheap walk past it.
 
 use super::spans::{alloc_ids, divide_spans, shard_spans};
-use crate::buffer::vec_with_capacity;
-use crate::error::Result;
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::buffer::vec_with_capacity;
+use epochplan_core::error::Result;
 
 pub(super) fn py2s(
     shard_sizes: &[i64],

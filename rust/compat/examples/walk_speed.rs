@@ -1,7 +1,7 @@
 //! Times the candidate walk of numpy's shuffle, as `py1s` and `py1e` take
 //! the epoch generator past their pieces:
 //! `cargo run --release --example walk_speed -- [pieces] [piece_len]`.
-use epochplan_core::streaming::numpy_rng::Generator;
+use epochplan_compat::streaming::numpy_rng::Generator;
 use std::time::Instant;
 
 fn main() {

@@ -34,9 +34,9 @@
 //! pieces on the fork-safe pool; the result does not depend on the thread
 //! count.
 
-use crate::buffer::zeroed_ids;
-use crate::error::{Error, Result};
-use crate::parallel;
+use epochplan_core::buffer::zeroed_ids;
+use epochplan_core::error::{Error, Result};
+use epochplan_core::parallel;
 
 /// The largest sample id or output size: ids and shapes are int64.
 const MAX: u128 = i64::MAX as u128;

@@ -7,9 +7,9 @@
 //! every sample. The ids themselves are written once, by the algorithm,
 //! straight into the output.
 
-use crate::buffer::{ids_with_capacity, vec_with_capacity};
-use crate::error::{Error, Result};
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::buffer::{ids_with_capacity, vec_with_capacity};
+use epochplan_core::error::{Error, Result};
 
 /// A half-open range of sample ids (or of positions).
 pub(super) type Span = (i64, i64);

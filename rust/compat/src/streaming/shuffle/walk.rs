@@ -16,9 +16,9 @@
 //! itself.
 
 use super::spans::Span;
-use crate::error::{Error, Result};
-use crate::parallel;
 use crate::streaming::numpy_rng::{apply_partners, Generator};
+use epochplan_core::error::{Error, Result};
+use epochplan_core::parallel;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn in_pieces_runs_every_piece_once_and_reports_the_first_failure() {
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         // Piece k shuffles k + 2 values and records the first; a piece
         // fails if it is in `failing`. Whether pieces are skipped for tasks
         // or run by the generator's thread (max_outstanding 0 forces the
@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn long_pieces_are_shuffled_by_tasks_from_the_generator() {
-        let _threads = parallel::test_threads_lock();
+        let _threads = crate::test_threads_lock();
         // More than MAX_RECORDED partners in a py1s piece (a long shard) or
         // in a py1e node (two canonical nodes): the piece is handed over as a
         // generator state, not as partners.
