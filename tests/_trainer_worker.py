@@ -1,0 +1,143 @@
+"""One process of tests/test_frameworks_transformers.py, run under torchrun as
+`_trainer_worker.py OUT_DIR NAME [--tokens] [--stop-after S] [--resume CKPT]`
+(gloo on CPU, HF_HUB_OFFLINE=1: the model is built from a config).
+
+A float64 tiny Llama (random weights, seed 0) learns N random token
+sequences for EPOCHS epochs with `epochplan.transformers.PlanTrainer` (SGD,
+constant learning rate, a checkpoint every step). `--tokens` trains on a
+token plan (lengths, loss tokens, a token cap); `--stop-after S` stops
+after step S; `--resume CKPT` resumes from a checkpoint. Each process writes
+the real sample ids of every micro-batch it trained on, with the epoch and
+step, and the final parameters, to OUT_DIR/NAME-<rank>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
+
+from epochplan.torch import WeightedBatch
+from epochplan.transformers import PlanTrainer
+
+N, G, B, EPOCHS, VOCAB, MAX_TOKENS = 22, 8, 2, 2, 32, 16
+
+
+def lengths() -> np.ndarray:
+    return np.random.default_rng(1).integers(3, 9, size=N)
+
+
+class Sequences(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __init__(self) -> None:
+        gen = torch.Generator().manual_seed(2)
+        self.items = [torch.randint(0, VOCAB, (int(n),), generator=gen) for n in lengths()]
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.items[i], "labels": self.items[i]}
+
+
+def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    width = max(len(s["input_ids"]) for s in samples)
+    ids = torch.zeros(len(samples), width, dtype=torch.int64)
+    labels = torch.full((len(samples), width), -100, dtype=torch.int64)
+    mask = torch.zeros(len(samples), width, dtype=torch.int64)
+    for row, s in enumerate(samples):
+        n = len(s["input_ids"])
+        ids[row, :n], labels[row, :n], mask[row, :n] = s["input_ids"], s["labels"], 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
+    return LlamaForCausalLM(config).to(torch.float64)
+
+
+class Recorded(PlanTrainer):
+    """Records what each micro-batch trained on."""
+
+    seen: list[list[int]]
+
+    def training_step(self, model: Any, inputs: list[WeightedBatch], *args: Any) -> Any:
+        epoch = self._steps.sampler.epoch if self._steps is not None else -1
+        for batch in inputs:
+            real = batch.indices[batch.sample_weight > 0].tolist()
+            self.seen.append([epoch, batch.step, *real])
+        return super().training_step(model, inputs, *args)
+
+
+class StopAfter(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+        return control
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser()
+    cli.add_argument("out", type=Path)
+    cli.add_argument("name")
+    cli.add_argument("--tokens", action="store_true")
+    cli.add_argument("--stop-after", type=int)
+    cli.add_argument("--resume")
+    opts = cli.parse_args()
+    args = TrainingArguments(
+        output_dir=str(opts.out / opts.name),
+        per_device_train_batch_size=B,
+        num_train_epochs=EPOCHS,
+        learning_rate=0.5,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        save_strategy="steps",
+        save_steps=1,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        ddp_backend="gloo",
+        seed=0,
+        data_seed=7,
+        disable_tqdm=True,
+    )
+    token_args: dict[str, Any] = {}
+    if opts.tokens:
+        token_args = {"lengths": lengths(), "loss_tokens": lengths() - 1, "max_tokens": MAX_TOKENS}
+    trainer = Recorded(
+        model(),
+        args,
+        train_dataset=Sequences(),
+        data_collator=collate,
+        global_batch_size=G,
+        callbacks=[StopAfter(opts.stop_after)] if opts.stop_after else [],
+        **token_args,
+    )
+    trainer.seen = []
+    trainer.train(resume_from_checkpoint=opts.resume)
+    rank = args.process_index
+    params = [float(v) for p in trainer.model.parameters() for v in p.detach().reshape(-1)]
+    result = {"seen": trainer.seen, "params": params, "global_step": trainer.state.global_step}
+    (opts.out / f"{opts.name}-{rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
