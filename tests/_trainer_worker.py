@@ -2,7 +2,7 @@
 `_trainer_worker.py OUT_DIR NAME [--tokens] [--stop-after S] [--resume CKPT]`
 (gloo on CPU, HF_HUB_OFFLINE=1: the model is built from a config).
 
-A float64 tiny Llama (random weights, seed 0) learns N random token
+A float64 tiny GPT-2 (random weights, seed 0) learns N random token
 sequences for EPOCHS epochs with `epochplan.transformers.PlanTrainer` (SGD,
 constant learning rate, a checkpoint every step). `--tokens` trains on a
 token plan (lengths, loss tokens, a token cap); `--stop-after S` stops
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
+from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback, TrainingArguments
 
 from epochplan.torch import WeightedBatch
 from epochplan.transformers import PlanTrainer
@@ -55,18 +55,21 @@ def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def model() -> LlamaForCausalLM:
+def model() -> GPT2LMHeadModel:
+    # GPT-2: learned positions, so the float64 model computes in float64
+    # throughout (Llama's rotary embedding is computed in float32).
     torch.manual_seed(0)
-    config = LlamaConfig(
+    config = GPT2Config(
         vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
+        n_positions=32,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
-    return LlamaForCausalLM(config).to(torch.float64)
+    return GPT2LMHeadModel(config).to(torch.float64)
 
 
 class Recorded(PlanTrainer):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 import transformers
 from torch.utils.data import DataLoader
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 
 from epochplan.accelerate import prepare_data_loader
 from epochplan.torch import ElasticBatchSampler, WeightedBatch
@@ -96,7 +97,7 @@ class _StepLoader:
         return self.sampler.state_dict_at_step(self.last_step + 1)
 
 
-class PlanTrainer(transformers.Trainer):  # type: ignore[misc]
+class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
     """A ``transformers.Trainer`` whose training data follow an epoch plan.
 
     Takes Trainer's arguments and these keywords:
@@ -169,13 +170,14 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc]
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         dataset, collator = self.train_dataset, self.data_collator
-        if transformers.utils.is_datasets_available():
-            import datasets
-
-            if isinstance(dataset, datasets.Dataset):
-                dataset = self._remove_unused_columns(dataset, description="training")
-            else:
-                collator = self._get_collator_with_removed_columns(collator, "training")
+        # As Trainer does: a datasets.Dataset loses its unused columns, any
+        # other dataset's collator drops them (an instance of datasets.Dataset
+        # means the module is imported).
+        datasets = sys.modules.get("datasets")
+        if datasets is not None and isinstance(dataset, datasets.Dataset):
+            dataset = self._remove_unused_columns(dataset, description="training")
+        else:
+            collator = self._get_collator_with_removed_columns(collator, "training")
         sampler = self.make_sampler(dataset)
         args = self.args
         extra: dict[str, Any] = {}
@@ -224,10 +226,15 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc]
         steps.sampler.set_epoch(epoch)
         steps.sampler.load_state_dict(steps.sampler.state_dict_at_step(step))
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+    ) -> TrainOutput:
         checkpoint: str | None = None
         if resume_from_checkpoint is True:
-            checkpoint = get_last_checkpoint(self.args.output_dir)
+            checkpoint = get_last_checkpoint(self.args.output_dir)  # type: ignore[no-untyped-call,unused-ignore]
             if checkpoint is None:
                 raise ValueError(
                     f"No valid checkpoint found in output directory ({self.args.output_dir})"
@@ -237,7 +244,12 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc]
         self._resume_from = checkpoint
         resume_from_checkpoint = checkpoint
         try:
-            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+            out: TrainOutput = super().train(
+                resume_from_checkpoint=resume_from_checkpoint,
+                trial=trial,
+                ignore_keys_for_eval=ignore_keys_for_eval,
+            )
+            return out
         finally:
             self._resume_from = None
 
