@@ -1,12 +1,15 @@
 """One process of tests/test_frameworks_transformers.py, run under torchrun as
-`_trainer_worker.py OUT_DIR NAME [--tokens] [--stop-after S] [--resume CKPT]`
+`_trainer_worker.py OUT_DIR NAME [--tokens] [--stop-after S] [--resume CKPT]
+[--then-tokens NAME2]`
 (gloo on CPU, HF_HUB_OFFLINE=1: the model is built from a config).
 
 A float64 tiny GPT-2 (random weights, seed 0) learns N random token
 sequences for EPOCHS epochs with `epochplan.transformers.PlanTrainer` (SGD,
 constant learning rate, a checkpoint every step). `--tokens` trains on a
 token plan (lengths, loss tokens, a token cap); `--stop-after S` stops
-after step S; `--resume CKPT` resumes from a checkpoint. Each process writes
+after step S; `--resume CKPT` resumes from a checkpoint; `--then-tokens
+NAME2` then trains a token plan in the same processes (one start for both
+one-process references). Each process writes
 the real sample ids of every micro-batch it trained on, with the epoch and
 step, and the final parameters, to OUT_DIR/NAME-<rank>.json.
 """
@@ -95,16 +98,9 @@ class StopAfter(TrainerCallback):
         return control
 
 
-def main() -> None:
-    cli = argparse.ArgumentParser()
-    cli.add_argument("out", type=Path)
-    cli.add_argument("name")
-    cli.add_argument("--tokens", action="store_true")
-    cli.add_argument("--stop-after", type=int)
-    cli.add_argument("--resume")
-    opts = cli.parse_args()
+def run(out: Path, name: str, tokens: bool, stop_after: int | None, resume: str | None) -> None:
     args = TrainingArguments(
-        output_dir=str(opts.out / opts.name),
+        output_dir=str(out / name),
         per_device_train_batch_size=B,
         num_train_epochs=EPOCHS,
         learning_rate=0.5,
@@ -123,7 +119,7 @@ def main() -> None:
         disable_tqdm=True,
     )
     token_args: dict[str, Any] = {}
-    if opts.tokens:
+    if tokens:
         token_args = {"lengths": lengths(), "loss_tokens": lengths() - 1, "max_tokens": MAX_TOKENS}
     trainer = Recorded(
         model(),
@@ -131,15 +127,29 @@ def main() -> None:
         train_dataset=Sequences(),
         data_collator=collate,
         global_batch_size=G,
-        callbacks=[StopAfter(opts.stop_after)] if opts.stop_after else [],
+        callbacks=[StopAfter(stop_after)] if stop_after else [],
         **token_args,
     )
     trainer.seen = []
-    trainer.train(resume_from_checkpoint=opts.resume)
+    trainer.train(resume_from_checkpoint=resume)
     rank = args.process_index
     params = [float(v) for p in trainer.model.parameters() for v in p.detach().reshape(-1)]
     result = {"seen": trainer.seen, "params": params, "global_step": trainer.state.global_step}
-    (opts.out / f"{opts.name}-{rank}.json").write_text(json.dumps(result))
+    (out / f"{name}-{rank}.json").write_text(json.dumps(result))
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser()
+    cli.add_argument("out", type=Path)
+    cli.add_argument("name")
+    cli.add_argument("--tokens", action="store_true")
+    cli.add_argument("--stop-after", type=int)
+    cli.add_argument("--resume")
+    cli.add_argument("--then-tokens", help="then a token plan's run of this name")
+    opts = cli.parse_args()
+    run(opts.out, opts.name, opts.tokens, opts.stop_after, opts.resume)
+    if opts.then_tokens:
+        run(opts.out, opts.then_tokens, True, None, None)
 
 
 if __name__ == "__main__":

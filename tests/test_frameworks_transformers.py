@@ -30,11 +30,10 @@ Runs = dict[str, list[dict[str, Any]]]
 
 # name: (processes, arguments)
 RUNS: dict[str, tuple[int, list[str]]] = {
-    "ref": (1, []),
+    "ref": (1, ["--then-tokens", "tokens-ref"]),
     "stop": (2, ["--stop-after", str(STOP)]),
     "to1": (1, ["--resume", f"stop/checkpoint-{STOP}"]),
     "to3": (3, ["--resume", f"stop/checkpoint-{STOP}"]),
-    "tokens-ref": (1, ["--tokens"]),
     "tokens": (2, ["--tokens"]),
 }
 
@@ -50,9 +49,10 @@ def runs(out: Path) -> Runs:
     for name, (world, args) in RUNS.items():
         args = [str(out / a) if a.startswith("stop/") else a for a in args]
         torchrun(WORKER, world, str(out), name, *args, cwd=out)
+    worlds = {**{name: world for name, (world, _) in RUNS.items()}, "tokens-ref": 1}
     return {
         name: [json.loads((out / f"{name}-{r}.json").read_text()) for r in range(world)]
-        for name, (world, _) in RUNS.items()
+        for name, world in worlds.items()
     }
 
 
