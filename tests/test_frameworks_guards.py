@@ -118,3 +118,15 @@ def test_the_collates_error_names_the_frameworks_that_replace_batch_samplers() -
     collate = et.WeightedCollate()
     with pytest.raises(TypeError, match="a framework probably replaced the batch sampler"):
         collate([(1, 2)])
+
+
+def test_accelerates_skip_first_batches_is_refused_naming_the_fix() -> None:
+    accelerate = pytest.importorskip("accelerate")
+    accelerate.PartialState(cpu=True)  # one process, as the docs' Accelerator(cpu=True)
+    sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=1, rank=0)
+    loader = DataLoader(
+        sampler.wrap_dataset(list(range(8))), batch_sampler=sampler, collate_fn=sampler.collate()
+    )
+    skipping = accelerate.skip_first_batches(loader, 1)
+    with pytest.raises(RuntimeError, match=r"skip_first_batches.*load_state_dict"):
+        list(skipping)
