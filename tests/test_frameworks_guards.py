@@ -130,3 +130,14 @@ def test_accelerates_skip_first_batches_is_refused_naming_the_fix() -> None:
     skipping = accelerate.skip_first_batches(loader, 1)
     with pytest.raises(RuntimeError, match=r"skip_first_batches.*load_state_dict"):
         list(skipping)
+
+
+def test_plan_trainer_refuses_trainers_own_gradient_accumulation() -> None:
+    pytest.importorskip("transformers")
+    from transformers import TrainingArguments
+
+    from epochplan.transformers import PlanTrainer
+
+    args = TrainingArguments("out", gradient_accumulation_steps=2, use_cpu=True, report_to=[])
+    with pytest.raises(ValueError, match="gradient_accumulation_steps=1, got 2"):
+        PlanTrainer(None, args, global_batch_size=8)

@@ -132,14 +132,18 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
         max_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        if self.args.gradient_accumulation_steps != 1:
+        # Checked before Trainer sets the accelerator up (Trainer's default
+        # arguments accumulate over 1 batch).
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        accumulation = getattr(training_args, "gradient_accumulation_steps", 1)
+        if accumulation != 1:
             raise ValueError(
-                "PlanTrainer needs gradient_accumulation_steps=1, got "
-                f"{self.args.gradient_accumulation_steps}: each Trainer batch is a whole step "
-                "of the plan (global_batch_size samples over all processes), accumulated over "
-                "micro-batches of per_device_train_batch_size samples"
+                f"PlanTrainer needs gradient_accumulation_steps=1, got {accumulation}: each "
+                "Trainer batch is a whole step of the plan (global_batch_size samples over all "
+                "processes), accumulated over micro-batches of per_device_train_batch_size "
+                "samples"
             )
+        super().__init__(*args, **kwargs)
         self.global_batch_size = global_batch_size
         self.lengths = lengths
         self.loss_tokens = loss_tokens
