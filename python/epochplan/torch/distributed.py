@@ -216,7 +216,8 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         return self._generate()
 
     def _generate(self) -> Iterator[int]:
-        check_iteration(self, self.epoch, self._finished)
+        # Only a shuffled order changes with the epoch (evaluation passes repeat it).
+        check_iteration(self, self.epoch, self._finished and self.shuffle)
         self._finished = False
         first, self._resume, self._resume_any_epoch = (self._resume or 0), None, False
         progress = self._progress = _ChunkProgress(first)

@@ -338,7 +338,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         return self._generate()
 
     def _generate(self) -> Iterator[WeightedIndices]:
-        check_iteration(self, self.epoch, self._finished)
+        check_iteration(self, self.epoch, self._finished and self.kind != "identity")
         first, self._resume = (self._resume or 0), None
         self._next_step = first
         plan = self._plan
