@@ -13,6 +13,11 @@ This is the only module of the package that imports torch.
 * :class:`PlanSampler`: the same micro-batches read from a plan directory
   written offline (:mod:`epochplan.planfile`).
 
+:class:`epochplan.torch.dcp.PlanState` (imported from its module) saves a
+sampler's position with ``torch.distributed.checkpoint``; the integrations
+with training frameworks live in :mod:`epochplan.accelerate`,
+:mod:`epochplan.transformers` and :mod:`epochplan.ray`.
+
 Rank and world size come from :func:`resolve_rank`: explicit arguments, else
 ``torch.distributed`` (if initialised), else the ``RANK`` / ``WORLD_SIZE``
 environment variables, else a rank provider (``rank_fn=`` or
