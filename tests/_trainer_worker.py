@@ -99,7 +99,10 @@ class StopAfter(TrainerCallback):
 
 
 def run(out: Path, name: str, tokens: bool, stop_after: int | None, resume: str | None) -> None:
+    # The stopped run loads with a DataLoader worker, which runs the sampler
+    # ahead of Trainer: its checkpoints must still hold the step Trainer reached.
     args = TrainingArguments(
+        dataloader_num_workers=1 if stop_after else 0,
         output_dir=str(out / name),
         per_device_train_batch_size=B,
         num_train_epochs=EPOCHS,
