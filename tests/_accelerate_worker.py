@@ -1,16 +1,19 @@
 """One process of tests/test_frameworks_accelerate.py, run under torchrun as
-`_accelerate_worker.py OUT_DIR` (1 or 2 processes, gloo on CPU).
+`_accelerate_worker.py OUT_DIR NAME [CHECKPOINT]` (1 to 3 processes, gloo on CPU).
 
 First it hands accelerate's own `Accelerator.prepare` a loader of an
 ElasticBatchSampler and one of a DistributedSampler, and records the error
 each iteration raises (accelerate would shard them a second time). Then it
-trains a float64 linear model for EPOCHS epochs on a loader prepared by
-`epochplan.accelerate.prepare_data_loader`, with DDP through
-`accelerator.prepare(model, optimizer)`, gradient accumulation with
-`accelerator.no_sync` and `loss = (w * per_sample_loss).sum()`, the epoch set
-through the prepared loader's `set_epoch`. Each process writes the sample ids
-of every micro-batch (real samples only), the type of each batch, and its
-final parameters to OUT_DIR/<world size>-<rank>.json.
+trains a float64 linear model (SGD with momentum) for EPOCHS epochs on a
+loader prepared by `epochplan.accelerate.prepare_data_loader`, with DDP
+through `accelerator.prepare(model, optimizer)`, gradient accumulation with
+`accelerator.no_sync` and `loss = (w * per_sample_loss).sum()`, the epoch
+set through the prepared loader's `set_epoch`, and the plan's position
+registered for accelerate's checkpoints as a PlanState. NAME "stop" saves
+the state (`accelerator.save_state`) after STOP steps and stops; with
+CHECKPOINT it first loads one (`accelerator.load_state`). Each process
+writes the sample ids of every micro-batch (real samples only), the batch
+types and its final parameters to OUT_DIR/NAME-<rank>.json.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import epochplan.accelerate
 import epochplan.torch as et
+from epochplan.torch.dcp import PlanState
 
-N, G, B, SEED, EPOCHS, DIM, LR = 45, 8, 3, 5, 2, 4, 0.05
+N, G, B, SEED, EPOCHS, DIM, LR = 45, 8, 3, 5, 2, 4, 0.05  # 6 steps an epoch
+STOP = 8  # the "stop" run saves its state after 8 steps: step 1 of epoch 1
 
 
 def dataset() -> TensorDataset:
@@ -49,9 +54,9 @@ def refused(accelerator: Accelerator, loader: DataLoader[Any]) -> str:
     return "not refused"
 
 
-def main(out: Path) -> None:
+def main(out: Path, name: str, checkpoint: str | None) -> None:
     accelerator = Accelerator(cpu=True)
-    rank, world = accelerator.process_index, accelerator.num_processes
+    rank = accelerator.process_index
     data = dataset()
     elastic = et.ElasticBatchSampler(data, G, B, seed=SEED)
     result: dict[str, Any] = {
@@ -77,14 +82,20 @@ def main(out: Path) -> None:
     with torch.no_grad():
         model.weight.copy_(torch.linspace(-1.0, 1.0, DIM, dtype=torch.float64))
         model.bias.zero_()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The loader is kept as it is by a later prepare.
     assert accelerator.prepare(loader) is loader
+    # The plan's position in accelerate's checkpoints (save_state / load_state).
+    position = PlanState(sampler)
+    accelerator.register_for_checkpointing(position)
+    if checkpoint is not None:
+        accelerator.load_state(checkpoint)
     seen: list[list[int]] = []
     types = set()
-    for epoch in range(EPOCHS):
-        loader.set_epoch(epoch)
+    done = 0
+    for epoch in range(sampler.epoch, EPOCHS):
+        loader.set_epoch(epoch)  # keeps a loaded position in its epoch
         for batch in loader:
             types.add(type(batch).__name__)
             x, y = batch.data
@@ -94,17 +105,24 @@ def main(out: Path) -> None:
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
+                position.step_done(batch.step)
             else:
                 with accelerator.no_sync(model):
                     accelerator.backward(loss)
             real = batch.indices[batch.sample_weight > 0].tolist()
             seen.append([epoch, batch.step, *real])
+            done += batch.step_end
+            if name == "stop" and done == STOP:
+                accelerator.save_state(str(out / "checkpoint"))
+                break
+        if name == "stop" and done == STOP:
+            break
     result["seen"] = seen
     result["types"] = sorted(types)
     result["params"] = [float(v) for p in model.parameters() for v in p.detach().reshape(-1)]
-    (out / f"{world}-{rank}.json").write_text(json.dumps(result))
+    (out / f"{name}-{rank}.json").write_text(json.dumps(result))
     accelerator.end_training()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
