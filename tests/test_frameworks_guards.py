@@ -50,6 +50,8 @@ def test_a_weighted_batch_survives_torchs_to() -> None:
     batch = a_batch()
     assert_same(batch.to(torch.device("cpu")), batch)
     assert_same(batch.to("cpu", non_blocking=True), batch)
+    with pytest.raises(TypeError, match="takes a device, got the dtype"):
+        batch.to(torch.float16)
 
 
 def test_a_weighted_batch_survives_accelerates_send_to_device() -> None:

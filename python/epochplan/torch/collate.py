@@ -141,7 +141,13 @@ class WeightedBatch(NamedTuple):
     step_end: bool
 
     def to(self, device: Any, non_blocking: bool = False) -> WeightedBatch:
-        """This batch with its tensors on ``device``."""
+        """This batch with its tensors on ``device`` (a device only: a dtype
+        would turn the sample ids into floats)."""
+        if isinstance(device, torch.dtype):
+            raise TypeError(
+                f"WeightedBatch.to takes a device, got the dtype {device}: convert batch.data "
+                "or batch.sample_weight instead"
+            )
         return WeightedBatch(
             _to_device(self.data, device, non_blocking),
             self.sample_weight.to(device, non_blocking=non_blocking),
