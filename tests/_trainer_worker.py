@@ -23,8 +23,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback, TrainingArguments
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
+import epochplan.torch as et
 from epochplan.torch import WeightedBatch
 from epochplan.transformers import PlanTrainer
 
@@ -88,6 +95,23 @@ class Recorded(PlanTrainer):
         return super().training_step(model, inputs, *args)
 
 
+def plain_trainer_refused(args: TrainingArguments) -> str:
+    """What happens to a plain Trainer whose sampler is epochplan's
+    DistributedSampler: Trainer's accelerator.prepare shards it again."""
+
+    class Plain(Trainer):
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            return et.DistributedSampler(Sequences(), seed=7)
+
+    loader = Plain(model(), args, train_dataset=Sequences(), data_collator=collate)
+    try:
+        for _ in loader.get_train_dataloader():
+            pass
+    except RuntimeError as e:
+        return str(e)
+    return "not refused"
+
+
 class StopAfter(TrainerCallback):
     def __init__(self, step: int) -> None:
         self.step = step
@@ -138,6 +162,8 @@ def run(out: Path, name: str, tokens: bool, stop_after: int | None, resume: str 
     rank = args.process_index
     params = [float(v) for p in trainer.model.parameters() for v in p.detach().reshape(-1)]
     result = {"seen": trainer.seen, "params": params, "global_step": trainer.state.global_step}
+    if stop_after:
+        result["plain"] = plain_trainer_refused(args)
     (out / f"{name}-{rank}.json").write_text(json.dumps(result))
 
 

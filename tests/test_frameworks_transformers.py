@@ -97,6 +97,12 @@ def test_two_processes_step_by_step_equal_one(runs: Runs, out: Path) -> None:
         assert max(float((two[k] - one[k]).abs().max()) for k in one) <= 1e-12
 
 
+def test_a_plain_trainer_sharding_the_sampler_again_is_refused(runs: Runs) -> None:
+    for result in runs["stop"]:
+        assert "accelerate's BatchSamplerShard" in result["plain"]
+        assert "epochplan.transformers.PlanTrainer" in result["plain"]
+
+
 def test_every_checkpoint_holds_the_samplers_state(runs: Runs, out: Path) -> None:
     for step in range(1, STOP + 1):
         state = json.loads((out / "stop" / f"checkpoint-{step}" / SAMPLER_STATE_NAME).read_text())
