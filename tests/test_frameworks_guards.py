@@ -143,3 +143,16 @@ def test_plan_trainer_refuses_trainers_own_gradient_accumulation() -> None:
     args = TrainingArguments("out", gradient_accumulation_steps=2, use_cpu=True, report_to=[])
     with pytest.raises(ValueError, match="gradient_accumulation_steps=1, got 2"):
         PlanTrainer(None, args, global_batch_size=8)
+
+
+def test_lightning_refuses_to_rebuild_an_elastic_batch_sampler_naming_the_fix() -> None:
+    # What Lightning's Trainer does to a training loader on several processes
+    # with use_distributed_sampler=True (the guide says to turn it off).
+    data = pytest.importorskip("lightning.fabric.utilities.data")
+    sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=1, rank=0)
+    loader = DataLoader(
+        sampler.wrap_dataset(list(range(8))), batch_sampler=sampler, collate_fn=sampler.collate()
+    )
+    theirs = torch.utils.data.distributed.DistributedSampler(range(8), num_replicas=2, rank=0)
+    with pytest.raises(TypeError, match="use_distributed_sampler=False"):
+        data._update_dataloader(loader, theirs)
