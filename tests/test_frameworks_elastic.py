@@ -53,6 +53,20 @@ def wait_for(paths: list[Path], procs: list[subprocess.Popen[str]]) -> None:
         time.sleep(0.1)
 
 
+def wait_for_port(port: int, procs: list[subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        for proc in procs:
+            if proc.poll() is not None:
+                pytest.fail(f"an agent ended early: {proc.communicate()[1][-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no rendezvous store on port {port}")
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("elastic")
@@ -68,13 +82,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cmd += [str(WORKER), str(out)]
     agents: list[subprocess.Popen[str]] = []
     try:
-        for _ in range(2):  # the first hosts the rendezvous store: it survives
+        for _ in range(2):
             agents.append(
                 subprocess.Popen(
                     cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=out
                 )
             )
-            time.sleep(1.0)
+            # The first agent hosts the rendezvous store (it survives): the
+            # second starts once the store listens.
+            wait_for_port(port, agents)
         survivor, victim = agents
         wait_for([out / "paused-0", out / "paused-1"], agents)
         kill_tree(victim)
