@@ -53,18 +53,28 @@ def wait_for(paths: list[Path], procs: list[subprocess.Popen[str]]) -> None:
         time.sleep(0.1)
 
 
-def wait_for_port(port: int, procs: list[subprocess.Popen[str]]) -> None:
+def store_host(port: int, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    """The agent whose process listens on `port`: it hosts the rendezvous
+    store (the agents race for it)."""
     deadline = time.monotonic() + TIMEOUT
-    while True:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+    while time.monotonic() < deadline:
+        listening = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(OSError):
+                for line in Path(table).read_text().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # LISTEN
+                        listening.add(f"socket:[{fields[9]}]")
         for proc in procs:
+            with contextlib.suppress(OSError):
+                for fd in Path(f"/proc/{proc.pid}/fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        if os.readlink(fd) in listening:
+                            return proc
             if proc.poll() is not None:
                 pytest.fail(f"an agent ended early: {proc.communicate()[1][-3000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no rendezvous store on port {port}")
         time.sleep(0.1)
+    pytest.fail(f"no agent listens on port {port}")
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +86,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1"]
     cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test"]
-    # Short rendezvous timeouts: the dead agent is dropped after 2 missed keep-alives.
-    cmd += ["--rdzv-conf=last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=2"]
+    # Both agents start together and the first rendezvous completes when both
+    # have joined (a node joining a running job fails inside torchrun 2.15);
+    # the dead agent is dropped after 2 missed keep-alives.
+    cmd += ["--rdzv-conf=last_call_timeout=8,keep_alive_interval=1,keep_alive_max_attempt=2"]
     cmd += ["--max-restarts=3", "--monitor-interval=0.5"]
     cmd += [str(WORKER), str(out)]
     agents: list[subprocess.Popen[str]] = []
@@ -88,10 +100,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=out
                 )
             )
-            # The first agent hosts the rendezvous store (it survives): the
-            # second starts once the store listens.
-            wait_for_port(port, agents)
-        survivor, victim = agents
+        # The agent hosting the rendezvous store survives; the other is killed.
+        survivor = store_host(port, agents)
+        victim = agents[1] if survivor is agents[0] else agents[0]
         wait_for([out / "paused-0", out / "paused-1"], agents)
         kill_tree(victim)
         victim.communicate()
