@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,10 @@ from epochplan.planfile import write_plan
 # Streaming's own tests run against ours only on its sdist, which is not in
 # the repository: CI downloads it and names it here (see .ci/run).
 collect_ignore = [] if os.environ.get("EPOCHPLAN_STREAMING_SDIST") else ["test_streaming_suite.py"]
+# Ray Train is not in the test extra (its install and a local Ray take
+# minutes of CI's time): its tests run where the `ray` extra is installed.
+if importlib.util.find_spec("ray") is None:
+    collect_ignore.append("test_frameworks_ray.py")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ MODULES = [
     "epochplan.torch.rank",
     "epochplan.torch.distributed",
     "epochplan.torch.elastic",
+    "epochplan.torch.dcp",
     "epochplan.torch.nodes",
     "epochplan.grain",
     "epochplan.compat._partition",

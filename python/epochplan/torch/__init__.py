@@ -16,6 +16,11 @@ This is the only module of the package that imports torch.
   varlen-attention inputs (:class:`PackedBatch`), with the loss helpers of
   :mod:`epochplan.torch.token_loss`.
 
+:class:`epochplan.torch.dcp.PlanState` (imported from its module) saves a
+sampler's position with ``torch.distributed.checkpoint``; the integrations
+with training frameworks live in :mod:`epochplan.accelerate`,
+:mod:`epochplan.transformers` and :mod:`epochplan.ray`.
+
 Rank and world size come from :func:`resolve_rank`: explicit arguments, else
 ``torch.distributed`` (if initialised), else the ``RANK`` / ``WORLD_SIZE``
 environment variables, else a rank provider (``rank_fn=`` or

@@ -4,7 +4,7 @@ function that returns them as a :class:`WeightedBatch`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -99,8 +99,32 @@ class WeightedDataset(Dataset[Any]):
         return f"WeightedDataset({self.dataset!r})"
 
 
+def _to_device(value: Any, device: Any, non_blocking: bool) -> Any:
+    """``value`` with every tensor in it (nested in mappings, named tuples,
+    tuples and lists, or anything with a ``.to``) moved to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=non_blocking)
+    if isinstance(value, Mapping):
+        items = {k: _to_device(v, device, non_blocking) for k, v in value.items()}
+        try:
+            return type(value)(items)  # type: ignore[call-arg]
+        except TypeError:
+            return items
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_to_device(v, device, non_blocking) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_device(v, device, non_blocking) for v in value)
+    move = getattr(value, "to", None)
+    return move(device) if callable(move) else value
+
+
 class WeightedBatch(NamedTuple):
     """A collated micro-batch with its loss weights.
+
+    ``batch.to(device)`` moves every tensor in it (those nested in ``data``
+    too) and keeps the type and the step attributes, so the device moves of
+    accelerate (``send_to_device``) and Lightning (``move_data_to_device``)
+    return a ``WeightedBatch``.
 
     Attributes:
         data: the samples collated by the wrapped collate function.
@@ -115,6 +139,22 @@ class WeightedBatch(NamedTuple):
     indices: torch.Tensor
     step: int
     step_end: bool
+
+    def to(self, device: Any, non_blocking: bool = False) -> WeightedBatch:
+        """This batch with its tensors on ``device`` (a device only: a dtype
+        would turn the sample ids into floats)."""
+        if isinstance(device, torch.dtype):
+            raise TypeError(
+                f"WeightedBatch.to takes a device, got the dtype {device}: convert batch.data "
+                "or batch.sample_weight instead"
+            )
+        return WeightedBatch(
+            _to_device(self.data, device, non_blocking),
+            self.sample_weight.to(device, non_blocking=non_blocking),
+            self.indices.to(device, non_blocking=non_blocking),
+            self.step,
+            self.step_end,
+        )
 
 
 class WeightedCollate:
@@ -138,7 +178,10 @@ class WeightedCollate:
             raise TypeError(
                 "WeightedCollate got samples without weights: give the DataLoader "
                 "ElasticBatchSampler.wrap_dataset(dataset) and batch_sampler=<an "
-                "ElasticBatchSampler>"
+                "ElasticBatchSampler>. If you did, a framework probably replaced the batch "
+                "sampler: Ray Train's prepare_data_loader does (use "
+                "epochplan.ray.prepare_data_loader(loader)), and so does a loader rebuilt "
+                "with batch_size= or sampler=; see docs/guides/frameworks.md"
             )
         batch = samples.indices
         return WeightedBatch(

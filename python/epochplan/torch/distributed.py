@@ -26,6 +26,7 @@ from torch.utils.data import distributed as torch_distributed
 from epochplan._args import int_arg
 from epochplan._native import Permutation, Selection
 from epochplan.torch._resume import keeps_set_epoch
+from epochplan.torch._wrappers import check_iteration
 from epochplan.torch.rank import RankProvider, resolve_rank
 
 __all__ = ["DistributedSampler", "ExactDistributedSampler"]
@@ -132,6 +133,7 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         self._resume_any_epoch = False
         self._progress = _ChunkProgress()
         self._epoch_set = False  # see keeps_set_epoch
+        self._finished = False  # an iteration ran to the epoch's end (see check_iteration)
 
     @property
     def yielded(self) -> int:
@@ -176,10 +178,12 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
                 self._resume = None
             self._progress = _ChunkProgress()
         self._epoch_set = True
+        self._finished = False
 
     def _interrupt(self) -> None:
         # The running iteration, if any, stops at its next item (see _generate).
         self._progress.cut()
+        self._finished = False
 
     def _order(self) -> Permutation:
         space = self._n if self.selection is None else self.selection
@@ -212,10 +216,14 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         return self._generate()
 
     def _generate(self) -> Iterator[int]:
+        # Only a shuffled order changes with the epoch (evaluation passes repeat it).
+        check_iteration(self, self.epoch, self._finished and self.shuffle)
+        self._finished = False
         first, self._resume, self._resume_any_epoch = (self._resume or 0), None, False
         progress = self._progress = _ChunkProgress(first)
         count = self.num_samples
         if first >= count:
+            self._finished = True
             return
         order = self._order()
         size = _FIRST_CHUNK
@@ -237,6 +245,7 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
             first += size
             size = min(size * 4, _MAX_CHUNK)
         progress.live, progress.done = None, count
+        self._finished = True
 
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "seed", "yielded", "num_replicas"}``: resumes this rank on

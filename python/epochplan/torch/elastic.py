@@ -21,6 +21,7 @@ from epochplan._oversize import OversizeReport, apply_oversize, report_of
 from epochplan._spec import PlanSpec, TokenSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
+from epochplan.torch._wrappers import check_iteration
 from epochplan.torch.collate import WeightedCollate, WeightedDataset, WeightedIndices
 from epochplan.torch.rank import RankProvider, resolve_rank
 
@@ -325,6 +326,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self._resume: int | None = None
         self._next_step = 0
         self._epoch_set = False  # see keeps_set_epoch
+        self._finished = False  # an iteration ran to the epoch's end (see check_iteration)
         self._plan = self._build_plan(0)
         if tokens is not None or max_tokens is not None:
             # The caps are checked by the plan (and step 0 against them).
@@ -380,6 +382,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         return self._generate()
 
     def _generate(self) -> Iterator[WeightedIndices]:
+        check_iteration(self, self.epoch, self._finished and self.kind != "identity")
         first, self._resume = (self._resume or 0), None
         self._next_step = first
         plan = self._plan
@@ -396,6 +399,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
                 # Where a resume would start if this is the last batch consumed.
                 self._next_step = step + 1 if batch.step_end else step
                 yield batch
+        self._finished = self._plan is plan
 
     def __len__(self) -> int:
         """Micro-batches the next iteration yields (the same on every rank)."""
@@ -422,6 +426,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
             self.epoch = epoch
             self._resume, self._next_step = None, 0
         self._epoch_set = True
+        self._finished = False
 
     def state_dict_at_step(self, step: int) -> dict[str, Any]:
         """The state that resumes this epoch at ``step`` (0 to ``plan.num_steps``)."""
@@ -490,6 +495,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self._plan = plan
         self._resume = self._next_step = step
         self._epoch_set = keep
+        self._finished = False
 
     @staticmethod
     def wrap_dataset(dataset: Any) -> WeightedDataset:

@@ -8,8 +8,8 @@ use super::py1br::draw_between;
 use super::sort::{SortScratch, FINE_BITS};
 use super::spans::Span;
 use super::walk::fill_shuffled;
-use epochplan_core::error::Result;
 use crate::streaming::numpy_rng::Generator;
+use epochplan_core::error::Result;
 use std::sync::Mutex;
 
 /// The `py1e` parameters shared by every canonical node.
