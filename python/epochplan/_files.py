@@ -45,7 +45,12 @@ def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
                 f"larger than {size_label(max_bytes)} ({size_label(size)})",
                 os.fspath(path),
             )
-        return f.read(max_bytes + 1)[:max_bytes]
+        # What the file holds (a buffer of its size, not of the cap); one
+        # byte more shows a file that grew past the cap since.
+        data = f.read(min(size, max_bytes) + 1)
+        if len(data) > max_bytes:
+            raise OSError(errno.EFBIG, f"larger than {size_label(max_bytes)}", os.fspath(path))
+        return data
 
 
 def map_npy(path: str | os.PathLike[str]) -> tuple[npt.NDArray[Any], int]:
