@@ -112,77 +112,39 @@ def _refuse_torch_names(init: Callable[P, None]) -> Callable[P, None]:
 class ElasticBatchSampler(Sampler[WeightedIndices]):
     """Equal-step, weighted micro-batches of an :class:`~epochplan.EpochPlan`.
 
-    For ``DataLoader(batch_sampler=...)``. Step ``t`` holds positions
-    ``[t*G, min((t+1)*G, N))`` of the epoch's order (``G = global_batch_size``),
-    whatever the world size; rank ``r`` gets the step's positions ``r, r + W, ...``, cut
-    into the same number of micro-batches (at most ``micro_batch_size`` each) on
-    every rank, with zero-weight fillers where a rank runs short: DDP never hangs
-    and needs no ``Join``. Every sample has a non-zero weight exactly once an
-    epoch; nothing is padded or dropped (unless ``drop_last`` drops the short
-    last step).
+    For ``DataLoader(batch_sampler=...)``. The contract:
 
-    Each item is a :class:`WeightedIndices`: a list of sample ids with
-    ``.weights``, ``.step`` and ``.step_end``. The loss rule: per micro-batch,
-    ``loss = (weights * per_sample_loss).sum()``; backward accumulates; step the
-    optimizer after the micro-batch with ``step_end``; DDP's average over ranks
-    then makes the update the mean gradient over the step's samples, for any
-    world size and micro-batch size.
+    - Step ``t`` holds positions ``[t*G, min((t+1)*G, N))`` of the epoch's
+      order, whatever the world size W; rank ``r`` gets the step's positions
+      ``r, r + W, ...`` (token plans: balanced by cost), cut into the same
+      number of micro-batches on every rank, zero-weight fillers where a
+      rank runs short: DDP never hangs. Every sample has a non-zero weight
+      exactly once an epoch; nothing is padded or dropped but by
+      ``drop_last``.
+    - Each item is a :class:`WeightedIndices` (ids with ``.weights``,
+      ``.step``, ``.step_end``). The loss rule: per micro-batch, ``loss =
+      (weights * per_sample_loss).sum()`` (token plans: each sample's
+      per-token losses summed), step the optimizer after ``step_end``: the
+      update is the mean gradient (token mean) over the step's samples, for
+      any W and micro-batch size. Through a DataLoader, use
+      :meth:`wrap_dataset` and :meth:`collate` (a :class:`WeightedBatch`
+      a micro-batch, for any ``num_workers``).
+    - ``state_dict()`` / ``load_state_dict()`` (torchdata's Stateful
+      protocol) hold the plan's state, which has no world size in it: a
+      state saved on W ranks resumes on any W', at the start of the step it
+      was saved in. With workers prefetching, save
+      :meth:`state_dict_at_step` ``(batch.step + 1)`` after an optimizer
+      step. ``set_epoch(e)`` starts a new epoch at step 0.
+    - A :class:`~epochplan.Selection` or :class:`~epochplan.Mixture` given
+      instead of the dataset: the sampler yields the store's own ids.
+    - Subclasses serving precomputed plans override :meth:`_build_plan`,
+      :meth:`_step_ids` and :meth:`_split_step`.
 
-    Weights through a DataLoader: the sampler runs in the main process and
-    collate in the workers, so the weights travel inside the yielded
-    :class:`WeightedIndices`. Wrap the dataset with :meth:`wrap_dataset` and use
-    :meth:`collate` as ``collate_fn``; each batch is then a
-    :class:`WeightedBatch` ``(data, sample_weight, indices, step, step_end)``,
-    for any ``num_workers``.
-
-    Resuming: ``state_dict()`` / ``load_state_dict()`` follow torchdata's
-    Stateful protocol (works inside ``StatefulDataLoader``, which saves the
-    state at the batch it hands out; keep its ``snapshot_every_n_steps=1``,
-    the default: with a larger interval it restores an older snapshot and
-    skips the batches handed out since, which assumes a resume at the exact
-    batch, not at the step's start). The state is the plan's state
-    (``EpochPlan.state_dict()``: constant size, no world size in it), so a
-    state saved on W ranks loads on any W'. The cursor is always a step
-    boundary: after the last micro-batch of step ``t`` it points at step
-    ``t + 1``; saved mid-step, it points at the start of the current step,
-    whose micro-batches are then all replayed. A checkpoint saved mid-step
-    holds the model of the last optimizer step (the partial step's gradients
-    are lost), so replaying the whole step keeps every sample in exactly one
-    optimizer update. With a plain ``DataLoader`` and ``num_workers > 0`` the
-    sampler runs ahead of the training loop (prefetching); save
-    ``state_dict_at_step(batch.step + 1)`` after an optimizer step instead.
-    ``load_state_dict`` also restores the epoch and seed; the next iteration
-    starts at the saved step, later ones at step 0. ``set_epoch(e)`` with a
-    new epoch starts that epoch at step 0 (the same epoch keeps a loaded
-    cursor).
-
-    Token plans: with ``lengths`` (tokens per sample, a numpy array or
-    ``np.memmap``, never copied whole), each step's samples (the same steps)
-    are dealt to ranks balanced by ``cost``, cut into micro-batches of at most
-    ``micro_batch_size`` samples and at most ``max_tokens`` tokens (either may
-    be None, not both), the same number on every rank, and each real sample
-    weighs ``W / T_t`` (``T_t``: the step's ``loss_tokens``, by default its
-    lengths). The loss rule for tokens, per micro-batch::
-
-        loss = (sample_weight * per_sample_summed_token_loss).sum()
-
-    (each sample's per-token losses summed over its loss tokens, not
-    averaged); DDP's mean then makes the step's gradient the mean over all
-    of its loss tokens, as one device computes it with the whole global
-    batch. ``loss_normalization="samples"`` keeps ``W / n_t`` applied to each
-    sample's mean loss. See the token plans guide.
-
-    Subclassing: the plan comes from :meth:`_build_plan`, one step's ids
-    from :meth:`_step_ids`, and their micro-batches from :meth:`_split_step`
-    (``plan.split_step(step, rank, W, micro_batch_size, ids)``); a subclass
-    serving precomputed plans (e.g. from files) overrides these.
-
-    Index spaces: give a :class:`~epochplan.Selection` (a split, some
-    classes, a mask of the dataset) or a :class:`~epochplan.Mixture` instead
-    of the dataset; the sampler yields the dataset's own ids, and the
-    DataLoader's dataset stays the whole store. A mixture's epoch ``e`` is
-    ``mixture.epoch(e)``; ``load_state_dict`` refuses a state of another
-    space (its digest is in the state).
+    The guides say why and how: DDP with torch (docs/guides/ddp.md),
+    resuming (docs/guides/resuming.md, with ``StatefulDataLoader``), token
+    plans (docs/concepts/token-plans.md), index spaces
+    (docs/concepts/index-spaces.md) and training frameworks
+    (docs/guides/frameworks.md).
 
     Args:
         data_source_or_num_samples: the dataset (anything with ``len()``), N,

@@ -3,15 +3,12 @@
 use crate::args::{int_arg, rank_args, sample_ids_arg, step_arg, Keyword, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::layout::{self, batch_list, flags_arg, PlanLayout};
-use crate::lengths::{
-    caps_arg, cost_arg, cost_value, normalization_arg, samples_cap_arg, TokenArrays,
-};
+use crate::lengths::{cost_arg, cost_value, normalization_arg, samples_cap_arg, TokenArrays};
 use crate::permutation::{kind_params, order_args};
-use epochplan_core::dealing::{Dealing, SampleLengths, StepSamples};
-use epochplan_core::layout::MicroBatch;
+use epochplan_core::dealing::Dealing;
 use epochplan_core::plan::Plan;
 use epochplan_core::space::Space;
-use epochplan_core::tokens::{Caps, Cost, Normalization, StepShares};
+use epochplan_core::tokens::{Caps, Cost, Normalization};
 use epochplan_core::Layout;
 use epochplan_core::{Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
@@ -24,6 +21,7 @@ mod locate;
 mod micro;
 pub(crate) mod space;
 mod state;
+mod tokens;
 
 pub use micro::MicroBatches;
 use space::{Given, PlanSpace};
@@ -278,150 +276,6 @@ impl EpochPlan {
             tokens,
             space: Arc::new(space),
         })
-    }
-
-    /// The caps of `micro_batch_size` and `max_tokens` for this plan,
-    /// refused when a sample of the plan is longer than `max_tokens`.
-    fn caps(
-        &self,
-        micro_batch_size: Option<&Bound<'_, PyAny>>,
-        max_tokens: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<MicroCaps> {
-        self.caps_checked(micro_batch_size, max_tokens, true)
-    }
-
-    /// The caps; with `oversize`, refused when a sample of the plan is
-    /// longer than `max_tokens` (one pass over the lengths a plan and cap).
-    fn caps_checked(
-        &self,
-        micro_batch_size: Option<&Bound<'_, PyAny>>,
-        max_tokens: Option<&Bound<'_, PyAny>>,
-        oversize: bool,
-    ) -> PyResult<MicroCaps> {
-        Ok(match &self.tokens {
-            Some(tokens) => {
-                let caps = caps_arg(micro_batch_size, max_tokens)?;
-                if let (Some(cap), Some(arg), true) = (caps.max_tokens(), max_tokens, oversize) {
-                    // Every sample over the cap, found before the first batch
-                    // (one pass over the lengths, kept for the plan's life).
-                    let report = tokens.oversize(arg.py(), cap, &self.space.space)?;
-                    if let Some(err) = report.error() {
-                        return Err(err).py();
-                    }
-                }
-                MicroCaps::Tokens(caps)
-            }
-            None => MicroCaps::Samples(samples_cap_arg(micro_batch_size, max_tokens)?),
-        })
-    }
-
-    /// A token plan's step with its lengths (read under the GIL: only the
-    /// step's entries).
-    fn samples(&self, py: Python<'_>, plan: &Plan, step: u64) -> PyResult<StepSamples> {
-        let Some(tokens) = &self.tokens else {
-            return Err(PyValueError::new_err(
-                "this plan has no lengths: give EpochPlan(..., lengths=...)",
-            ));
-        };
-        let (lengths, loss) = tokens.readers(py)?;
-        let loss = loss.as_ref().map(|l| l as &dyn SampleLengths);
-        plan.step_samples(step, &lengths, loss).py()
-    }
-
-    /// A token plan's step and its shares over `w` ranks.
-    fn shares(
-        &self,
-        py: Python<'_>,
-        plan: &Plan,
-        step: u64,
-        w: u64,
-    ) -> PyResult<(StepSamples, StepShares)> {
-        let samples = self.samples(py, plan, step)?;
-        let layout = self.layout;
-        let shares = py.detach(|| layout.step_shares(&samples, w)).py()?;
-        Ok((samples, shares))
-    }
-
-    /// Rank `rank`'s micro-batches of step `step`.
-    fn step_batches(
-        &self,
-        py: Python<'_>,
-        plan: &Plan,
-        step: u64,
-        rank: u64,
-        w: u64,
-        caps: MicroCaps,
-    ) -> PyResult<Vec<MicroBatch>> {
-        match caps {
-            MicroCaps::Samples(b) => py.detach(|| plan.micro_batches(step, rank, w, b)).py(),
-            MicroCaps::Tokens(caps) => {
-                let samples = self.samples(py, plan, step)?;
-                let layout = self.layout;
-                py.detach(|| {
-                    let dealing = layout.deal_step(&samples, w, caps)?;
-                    layout.dealt_micro_batches(&samples, &dealing, rank)
-                })
-                .py()
-            }
-        }
-    }
-
-    /// Micro-batches of every rank in step `step`.
-    fn step_count(&self, py: Python<'_>, step: u64, w: u64, caps: MicroCaps) -> PyResult<u64> {
-        match caps {
-            MicroCaps::Samples(b) => Ok(self.layout.share(step, 0, w, b).py()?.micro_batches),
-            MicroCaps::Tokens(caps) => {
-                let plan = self.plan(py)?;
-                let samples = self.samples(py, &plan, step)?;
-                let layout = self.layout;
-                py.detach(|| layout.deal_step(&samples, w, caps))
-                    .py()
-                    .map(|d| d.num_micro_batches())
-            }
-        }
-    }
-
-    /// Rank `rank`'s ids of step `step`, or their sources, in dealing order.
-    fn rank_step(
-        &self,
-        py: Python<'_>,
-        (step, rank, world_size): (&Bound<'_, PyAny>, &Bound<'_, PyAny>, &Bound<'_, PyAny>),
-        of: Of,
-    ) -> PyResult<Vec<i64>> {
-        let step = step_arg(step, self.layout.num_steps(), false)?;
-        let (rank, w) = rank_args(rank, world_size)?;
-        let plan = self.plan(py)?;
-        if self.tokens.is_some() {
-            let (mut samples, shares) = self.shares(py, &plan, step, w)?;
-            if let Of::Sources = of {
-                // The dealing picks the step's samples by their place in it:
-                // the same picks from the step's sources give theirs.
-                samples.ids = py.detach(|| plan.step_position_sources(step)).py()?;
-            }
-            return self.layout.dealt_ids(&samples, &shares, rank).py();
-        }
-        py.detach(|| match of {
-            Of::Ids => plan.step_indices(step, rank, w),
-            Of::Sources => plan.step_sources(step, rank, w),
-        })
-        .py()
-    }
-
-    /// Rank `rank`'s real samples in steps `first..last` of a token plan.
-    fn token_rank_len(
-        &self,
-        py: Python<'_>,
-        first: u64,
-        last: u64,
-        rank: u64,
-        w: u64,
-    ) -> PyResult<u64> {
-        let plan = self.plan(py)?;
-        let mut total = 0u64;
-        for step in first..last {
-            total += self.shares(py, &plan, step, w)?.1.count(rank).py()? as u64;
-        }
-        Ok(total)
     }
 }
 
