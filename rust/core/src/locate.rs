@@ -14,6 +14,7 @@
 //! `p / G`, the rank and the place in the rank's share come from the
 //! dealing, the micro-batch from the share's cut ([`StepShare`]).
 
+use crate::buffer::{copy_of, try_filled, vec_with_capacity};
 use crate::dealing::Dealing;
 use crate::error::{Error, Result};
 use crate::layout::StepShare;
@@ -38,6 +39,25 @@ pub struct Located {
     pub micro_batches: Vec<i64>,
 }
 
+impl Located {
+    /// The steps, ranks and micro-batches of `positions`, all [`ABSENT`] for
+    /// now; an error (not an abort) when memory runs out.
+    pub fn absent(positions: Vec<i64>) -> Result<Located> {
+        let n = positions.len();
+        let filled = || {
+            try_filled(ABSENT, n).ok_or_else(|| {
+                Error::Memory(format!("cannot allocate the locations of {n} sample ids"))
+            })
+        };
+        Ok(Located {
+            steps: filled()?,
+            ranks: filled()?,
+            micro_batches: filled()?,
+            positions,
+        })
+    }
+}
+
 /// Positions of an epoch searched at once by the forward search.
 const SEARCH_PIECE: u64 = 1 << 16;
 
@@ -53,13 +73,17 @@ impl Plan {
                 ids[i]
             )));
         }
-        let mut out = ids.to_vec();
+        // Fallible: under an address-space limit a large query is an
+        // error, not an aborted process.
+        let mut out = copy_of(ids, "the positions of sample_ids")?;
         match self.space() {
             Space::Range => self.order().invert_slice(&mut out),
             Space::Selection(sel) => {
                 sel.index_of_slice(&mut out);
-                let held: Vec<usize> = (0..out.len()).filter(|&i| out[i] != ABSENT).collect();
-                let mut js: Vec<i64> = held.iter().map(|&i| out[i]).collect();
+                let mut held: Vec<usize> = vec_with_capacity(out.len(), "the selected sample ids")?;
+                held.extend((0..out.len()).filter(|&i| out[i] != ABSENT));
+                let mut js: Vec<i64> = vec_with_capacity(held.len(), "the selected sample ids")?;
+                js.extend(held.iter().map(|&i| out[i]));
                 self.order().invert_slice(&mut js);
                 for (&i, &p) in held.iter().zip(&js) {
                     out[i] = p;
@@ -124,12 +148,7 @@ impl Plan {
         }
         let positions = self.positions_of(ids)?;
         let g = self.global_batch_size();
-        let mut located = Located {
-            steps: vec![ABSENT; ids.len()],
-            ranks: vec![ABSENT; ids.len()],
-            micro_batches: vec![ABSENT; ids.len()],
-            positions,
-        };
+        let mut located = Located::absent(positions)?;
         for (i, &p) in located.positions.iter().enumerate() {
             if p == ABSENT {
                 continue;

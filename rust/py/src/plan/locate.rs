@@ -28,12 +28,7 @@ impl EpochPlan {
         };
         let positions = py.detach(|| plan.positions_of(ids)).py()?;
         let g = plan.global_batch_size();
-        let mut located = Located {
-            steps: vec![ABSENT; ids.len()],
-            ranks: vec![ABSENT; ids.len()],
-            micro_batches: vec![ABSENT; ids.len()],
-            positions,
-        };
+        let mut located = Located::absent(positions).py()?;
         // The queries of each step, dealt one step at a time.
         let mut by_step: HashMap<u64, Vec<usize>> = HashMap::new();
         for (i, &p) in located.positions.iter().enumerate() {
