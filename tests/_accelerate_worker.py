@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _torchrun import exit_without_finalization
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -121,7 +122,10 @@ def main(out: Path, name: str, checkpoint: str | None) -> None:
     result["types"] = sorted(types)
     result["params"] = [float(v) for p in model.parameters() for v in p.detach().reshape(-1)]
     (out / f"{name}-{rank}.json").write_text(json.dumps(result))
+    # save_state has no barrier: no rank leaves while another still saves.
+    accelerator.wait_for_everyone()
     accelerator.end_training()
+    exit_without_finalization()
 
 
 if __name__ == "__main__":

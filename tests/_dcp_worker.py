@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from _torchrun import exit_without_finalization
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
@@ -87,7 +88,9 @@ def main(out: Path, mode: str) -> None:
             break
     params = [float(v) for p in model.parameters() for v in p.detach().reshape(-1)]
     (out / f"{mode}-{rank}.json").write_text(json.dumps({"seen": seen, "params": params}))
+    dist.barrier()  # every rank is done with the group before any tears it down
     dist.destroy_process_group()
+    exit_without_finalization()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _torchrun import exit_without_finalization
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -179,6 +180,10 @@ def main() -> None:
     run(opts.out, opts.name, opts.tokens, opts.stop_after, opts.resume)
     if opts.then_tokens:
         run(opts.out, opts.then_tokens, True, None, None)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()  # every rank is done before any tears down
+        torch.distributed.destroy_process_group()
+    exit_without_finalization()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
+
+from _torchrun import exit_without_finalization  # noqa: E402
 
 import epochplan as ep  # noqa: E402
 from epochplan.torch import ElasticBatchSampler  # noqa: E402
@@ -111,20 +112,6 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     finally:
         dist.destroy_process_group()
     exit_without_finalization()
-
-
-def exit_without_finalization() -> None:
-    """Ends a rank whose results are written and whose group is destroyed,
-    skipping the interpreter's finalization. DDP keeps the gloo group alive
-    past ``destroy_process_group``, and gloo's threads can abort a process
-    that Python is tearing down (pytorch/pytorch#179291 describes how): twice
-    in CI a rank of this file died so ("terminate called without an active
-    exception"), after its results were written, the second time with a
-    barrier before the teardown. Only a clean end gets here: an exception
-    still reaches ``mp.spawn``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def free_port() -> int:
