@@ -174,15 +174,29 @@ impl Cipher {
 
     #[inline(always)]
     fn decrypt_once(&self, x: u64) -> u64 {
-        let mut hi = x >> self.lo_bits;
-        let mut lo = x & ((1 << self.lo_bits) - 1);
+        self.decrypt_lanes([x], |x, r| mix(x, self.keys[r]))[0]
+    }
+
+    /// The inverse of [`Cipher::encrypt_lanes`]: the rounds in reverse order.
+    #[inline(always)]
+    fn decrypt_lanes<const L: usize>(
+        &self,
+        x: [u64; L],
+        round: impl Fn(u64, usize) -> u64,
+    ) -> [u64; L] {
+        let mut hi: [u64; L] = std::array::from_fn(|i| x[i] >> self.lo_bits);
+        let mut lo: [u64; L] = std::array::from_fn(|i| x[i] & ((1 << self.lo_bits) - 1));
         let mut r = ROUNDS;
         while r > 0 {
             r -= 2;
-            lo ^= mix(hi, self.keys[r + 1]) >> self.lo_shift;
-            hi ^= mix(lo, self.keys[r]) >> self.hi_shift;
+            for i in 0..L {
+                lo[i] ^= round(hi[i], r + 1) >> self.lo_shift;
+            }
+            for i in 0..L {
+                hi[i] ^= round(lo[i], r) >> self.hi_shift;
+            }
         }
-        (hi << self.lo_bits) | lo
+        std::array::from_fn(|i| (hi[i] << self.lo_bits) | lo[i])
     }
 
     /// The id at `position`; `position < n` is the caller's contract.
@@ -225,6 +239,100 @@ impl Cipher {
             return;
         }
         self.apply_blocks_dispatch(values);
+    }
+
+    /// Replaces every id in `values` (each in `[0, n)`) by its position: the
+    /// inverse of [`Cipher::apply_in_place`], by the same blocks and walk
+    /// with the rounds reversed, on compiled lanes (built for AVX-512 or
+    /// AVX2 where the CPU has them).
+    pub fn invert_in_place(&self, values: &mut [i64]) {
+        if let Some(t) = &self.table {
+            values
+                .iter_mut()
+                .for_each(|v| *v = i64::from(t.1[*v as usize]));
+            return;
+        }
+        self.invert_blocks_on(Path::active(), values);
+    }
+
+    /// [`Cipher::invert_in_place`]'s network on `path`, which the CPU must
+    /// support (checked: an unsupported path runs the portable one).
+    #[allow(unsafe_code)]
+    pub(crate) fn invert_blocks_on(&self, path: Path, values: &mut [i64]) {
+        #[cfg(target_arch = "x86_64")]
+        match path {
+            Path::Avx512 if Path::Avx512.is_supported() => {
+                // SAFETY: the AVX-512 F, DQ and VL instructions were detected.
+                return unsafe { self.invert_with_avx512(values) };
+            }
+            Path::Avx2 if Path::Avx2.is_supported() => {
+                // SAFETY: the AVX2 instructions were detected.
+                return unsafe { self.invert_with_avx2(values) };
+            }
+            _ => {}
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        self.invert_blocks(values);
+    }
+
+    /// [`Cipher::invert_blocks`] compiled for AVX2 (the lanes' 64-bit
+    /// multiplies from its 32-bit ones, still faster than scalar ones).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn invert_with_avx2(&self, values: &mut [i64]) {
+        self.invert_blocks(values);
+    }
+
+    /// The inverse network and walk of [`avx512`], for halves of any width.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
+    fn invert_with_avx512(&self, values: &mut [i64]) {
+        let n = self.n as i64;
+        let gather = |walk: &mut Walk, block: &[i64]| avx512::gather_outside(walk, block, n);
+        let keep = |walk: &mut Walk| avx512::keep_outside(walk, n);
+        if self.is_narrow() {
+            let decrypt = |v: &mut [i64]| avx512::encrypt::<true, true>(self, v);
+            self.apply_blocks(values, decrypt, gather, keep);
+        } else {
+            let decrypt = |v: &mut [i64]| avx512::encrypt::<false, true>(self, v);
+            self.apply_blocks(values, decrypt, gather, keep);
+        }
+    }
+
+    /// The inverse network over blocks, walked back into `[0, n)` as the
+    /// forward one is: cycle-walking backwards from an id reaches its
+    /// position.
+    #[inline(always)]
+    fn invert_blocks(&self, values: &mut [i64]) {
+        let n = self.n as i64;
+        let decrypt = |v: &mut [i64]| {
+            if self.is_narrow() {
+                self.decrypt_all_with(v, |x, r| mix_narrow(x, self.narrow_keys[r]));
+            } else {
+                self.decrypt_all_with(v, |x, r| mix(x, self.keys[r]));
+            }
+        };
+        self.apply_blocks(
+            values,
+            decrypt,
+            |walk, block| walk.gather_outside(block, n),
+            |walk| walk.keep_outside(n),
+        );
+    }
+
+    #[inline(always)]
+    fn decrypt_all_with(&self, values: &mut [i64], round: impl Fn(u64, usize) -> u64 + Copy) {
+        let mut groups = values.chunks_exact_mut(LANES);
+        for group in &mut groups {
+            let x = std::array::from_fn(|l| group[l] as u64);
+            for (v, y) in group.iter_mut().zip(self.decrypt_lanes::<LANES>(x, round)) {
+                *v = y as i64;
+            }
+        }
+        for v in groups.into_remainder() {
+            *v = self.decrypt_lanes([*v as u64], round)[0] as i64;
+        }
     }
 
     /// Runs [`Cipher::apply_blocks`] on the fastest path this CPU has (see
@@ -292,10 +400,10 @@ impl Cipher {
         let gather = |walk: &mut Walk, block: &[i64]| avx512::gather_outside(walk, block, n);
         let keep = |walk: &mut Walk| avx512::keep_outside(walk, n);
         if self.is_narrow() {
-            let encrypt = |v: &mut [i64]| avx512::encrypt::<true>(self, v);
+            let encrypt = |v: &mut [i64]| avx512::encrypt::<true, false>(self, v);
             self.apply_blocks(values, encrypt, gather, keep);
         } else {
-            let encrypt = |v: &mut [i64]| avx512::encrypt::<false>(self, v);
+            let encrypt = |v: &mut [i64]| avx512::encrypt::<false, false>(self, v);
             self.apply_blocks(values, encrypt, gather, keep);
         }
     }
@@ -573,7 +681,8 @@ mod tests {
     }
 
     /// `apply_in_place` (the dispatched path) and, for networks, every batch
-    /// path this CPU supports, against `apply`.
+    /// path this CPU supports, against `apply`; and the same for the
+    /// inverse: `invert_in_place` of the ids gives the positions back.
     fn assert_batch_equals_scalar(c: &Cipher, positions: Vec<i64>, case: &str) {
         let expect: Vec<i64> = positions
             .iter()
@@ -582,11 +691,16 @@ mod tests {
         let mut dispatched = positions.clone();
         c.apply_in_place(&mut dispatched);
         assert_eq!(dispatched, expect, "{case}");
+        let mut inverted = expect.clone();
+        c.invert_in_place(&mut inverted);
+        assert_eq!(inverted, positions, "{case}, inverse");
         if c.table.is_none() {
             for path in supported_paths() {
                 let mut on_path = positions.clone();
                 c.apply_blocks_on(path, &mut on_path);
                 assert_eq!(on_path, expect, "{case}, path {path:?}");
+                c.invert_blocks_on(path, &mut on_path);
+                assert_eq!(on_path, positions, "{case}, inverse on path {path:?}");
             }
         }
     }

@@ -192,9 +192,7 @@ impl Order {
         match &self.map {
             Map::Identity => {}
             Map::Cipher(c) => parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
-                piece
-                    .iter_mut()
-                    .for_each(|v| *v = c.invert(*v as u64) as i64)
+                c.invert_in_place(piece)
             }),
             Map::Chunked(c) => parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
                 piece

@@ -87,10 +87,14 @@ macro_rules! each_group {
     };
 }
 
-/// Encrypts every value of `values` once, any length; `NARROW` must be
+/// Encrypts every value of `values` once, any length (decrypts with
+/// `INVERSE`: the rounds in reverse order); `NARROW` must be
 /// [`Cipher::is_narrow`].
 #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-pub(super) fn encrypt<const NARROW: bool>(cipher: &Cipher, values: &mut [i64]) {
+pub(super) fn encrypt<const NARROW: bool, const INVERSE: bool>(
+    cipher: &Cipher,
+    values: &mut [i64],
+) {
     debug_assert_eq!(NARROW, cipher.is_narrow());
     let c = Constants {
         m1: _mm512_set1_epi64(MIX_MUL1 as i64),
@@ -109,9 +113,15 @@ pub(super) fn encrypt<const NARROW: bool>(cipher: &Cipher, values: &mut [i64]) {
         let mut hi = x.map(|x| _mm512_srl_epi64(x, lo_bits));
         let mut lo = x.map(|x| _mm512_and_si512(x, c.lo_mask));
         for pair in 0..ROUNDS / 2 {
-            let r = 2 * pair;
-            each_group!(g => hi[g] = _mm512_xor_si512(hi[g], round!(NARROW, lo[g], c.keys[r], c, hi_shift)));
-            each_group!(g => lo[g] = _mm512_xor_si512(lo[g], round!(NARROW, hi[g], c.keys[r + 1], c, lo_shift)));
+            if INVERSE {
+                let r = ROUNDS - 2 - 2 * pair;
+                each_group!(g => lo[g] = _mm512_xor_si512(lo[g], round!(NARROW, hi[g], c.keys[r + 1], c, lo_shift)));
+                each_group!(g => hi[g] = _mm512_xor_si512(hi[g], round!(NARROW, lo[g], c.keys[r], c, hi_shift)));
+            } else {
+                let r = 2 * pair;
+                each_group!(g => hi[g] = _mm512_xor_si512(hi[g], round!(NARROW, lo[g], c.keys[r], c, hi_shift)));
+                each_group!(g => lo[g] = _mm512_xor_si512(lo[g], round!(NARROW, hi[g], c.keys[r + 1], c, lo_shift)));
+            }
         }
         for g in 0..GROUPS {
             store(
@@ -128,9 +138,15 @@ pub(super) fn encrypt<const NARROW: bool>(cipher: &Cipher, values: &mut [i64]) {
         let mut hi = _mm512_srl_epi64(x, lo_bits);
         let mut lo = _mm512_and_si512(x, c.lo_mask);
         for pair in 0..ROUNDS / 2 {
-            let r = 2 * pair;
-            hi = _mm512_xor_si512(hi, round!(NARROW, lo, c.keys[r], c, hi_shift));
-            lo = _mm512_xor_si512(lo, round!(NARROW, hi, c.keys[r + 1], c, lo_shift));
+            if INVERSE {
+                let r = ROUNDS - 2 - 2 * pair;
+                lo = _mm512_xor_si512(lo, round!(NARROW, hi, c.keys[r + 1], c, lo_shift));
+                hi = _mm512_xor_si512(hi, round!(NARROW, lo, c.keys[r], c, hi_shift));
+            } else {
+                let r = 2 * pair;
+                hi = _mm512_xor_si512(hi, round!(NARROW, lo, c.keys[r], c, hi_shift));
+                lo = _mm512_xor_si512(lo, round!(NARROW, hi, c.keys[r + 1], c, lo_shift));
+            }
         }
         store(
             &mut padded,
