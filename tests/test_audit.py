@@ -135,7 +135,7 @@ def test_uncommitted_records_and_a_torn_tail_are_left_out(tmp_path: Path) -> Non
         audit(tmp_path)
 
 
-def test_logs_of_two_plans_and_mixtures_are_refused(tmp_path: Path) -> None:
+def test_logs_of_two_plans_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no consumption logs"):
         audit(tmp_path)
     for seed in (1, 2):
@@ -143,11 +143,12 @@ def test_logs_of_two_plans_and_mixtures_are_refused(tmp_path: Path) -> None:
                        world_size=1).close()  # fmt: skip
     with pytest.raises(ValueError, match="log different plans"):
         audit(tmp_path)
+    # Two mixtures: another digest is another plan; each epoch's passes are not.
     mixed = tmp_path / "mix"
-    m = ep.Mixture([5, 5], quotas=[5, 5])
-    ConsumptionLog(mixed, ep.EpochPlan(m, 5).state_dict(), rank=0, world_size=1).close()
-    with pytest.raises(ValueError, match="does not take a plan over a Mixture"):
-        audit(mixed)
+    for m in (ep.Mixture([5, 5], quotas=[5, 5]), ep.Mixture([5, 5], quotas=[4, 6])):
+        ConsumptionLog(mixed, ep.EpochPlan(m, 5).state_dict(), rank=0, world_size=1).close()
+    with pytest.raises(ValueError, match="log different plans"):
+        audit(mixed, space=m)
 
 
 def test_the_command_line_audit_exits_0_when_clean_and_1_when_not(tmp_path: Path) -> None:

@@ -190,3 +190,16 @@ def _json_type(value: Any) -> str:
         if isinstance(value, kind):
             return name
     return "a number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def store_size(space: Selection | Mixture | None, num_samples: int) -> int:
+    """The size of the store the space's ids index (its arrays of lengths
+    have one value per store id): ``num_samples`` without a space."""
+    if space is None:
+        return num_samples
+    if isinstance(space, Selection):
+        return space.num_samples
+    sources = space.sources
+    if sources and isinstance(sources[0], Selection):
+        return sources[0].num_samples
+    return sum(space.sizes)

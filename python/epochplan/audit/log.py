@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAGIC", "ConsumptionLog", "LogRecord", "read_log"]
+import epochplan._native as _native
+
+__all__ = ["MAGIC", "ConsumptionLog", "LogRecord", "gather_log_ids", "read_log", "scan_log"]
 
 MAGIC = b"EPLOG01\n"
 _FRAME = struct.Struct("<II")
@@ -172,54 +174,37 @@ def read_log(path: Path, *, ids: bool = True) -> Iterator[LogRecord | str]:
     """The records of a log file; a torn last record yields a message (str)
     instead, and nothing after it. ValueError naming the file for a record
     that is corrupt anywhere else, or a file that is not a log."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        magic = f.read(len(MAGIC))
-        if magic != MAGIC:
-            if MAGIC.startswith(magic):
-                # Cut inside the magic: a process killed as it created the log.
-                yield f"{path}: a torn log of {size} bytes (cut inside its first bytes)"
-                return
-            raise ValueError(f"{path}: not a consumption log (no EPLOG01 magic)")
-        offset = len(MAGIC)
-        while offset < size:
-            frame = f.read(_FRAME.size)
-            if len(frame) < _FRAME.size:
-                yield f"{path}: a torn last record at byte {offset} (cut inside its frame)"
-                return
-            length, crc = _FRAME.unpack(frame)
-            end = offset + _FRAME.size + length
-            if end > size:
-                cut = f"{size - offset} of {end - offset} bytes"
-                yield f"{path}: a torn last record at byte {offset} ({cut})"
-                return
-            payload = f.read(length)
-            if zlib.crc32(payload) != crc:
-                if end == size:
-                    yield f"{path}: a torn last record at byte {offset} (its checksum fails)"
-                    return
-                raise ValueError(f"{path}: the record at byte {offset} is corrupt (checksum)")
-            yield _parse(path, payload, offset, ids)
-            offset = end
-
-
-def _parse(path: Path, payload: bytes, offset: int, ids: bool) -> LogRecord:
-    kind = payload[:1].decode("latin-1")
-    record = LogRecord(kind, offset)
-    body = payload[1:]
-    try:
-        if kind == "H":
-            record.header = json.loads(body)
-        elif kind == "B":
-            record.epoch, record.step, count = _BATCH.unpack_from(body)
-            if len(body) != _BATCH.size + 8 * count:
-                raise ValueError(f"it holds {len(body)} bytes for {count} ids")
-            if ids:
-                record.ids = np.frombuffer(body, dtype="<i8", offset=_BATCH.size).astype(np.int64)
-        elif kind == "C":
-            record.epoch, record.step = _COMMIT.unpack(body)
+    records = scan_log(path)
+    header_bytes = b""
+    if (records["kinds"] == ord("H")).any():
+        with open(path, "rb") as f:
+            header_bytes = f.read(int(records["header_ranges"][:, 1].max()))
+    for i, kind in enumerate(records["kinds"].tolist()):
+        record = LogRecord(chr(kind), int(records["offsets"][i]))
+        if kind == ord("H"):
+            start, end = records["header_ranges"][i].tolist()
+            try:
+                record.header = json.loads(header_bytes[start:end])
+            except ValueError as e:
+                raise ValueError(
+                    f"{path}: the record at byte {record.offset} is malformed: {e}"
+                ) from None
         else:
-            raise ValueError(f"unknown kind {kind!r}")
-    except (ValueError, struct.error) as e:
-        raise ValueError(f"{path}: the record at byte {offset} is malformed: {e}") from None
-    return record
+            record.epoch, record.step = int(records["epochs"][i]), int(records["steps"][i])
+            if kind == ord("B") and ids:
+                record.ids = gather_log_ids(
+                    path, records["id_offsets"][i : i + 1], records["id_counts"][i : i + 1]
+                )
+        yield record
+    if records["torn"] is not None:
+        yield f"{path}: {records['torn']}"
+
+
+def scan_log(path: Path) -> dict[str, Any]:
+    """Every record of a log file, as arrays (see ``_native.scan_log``)."""
+    return _native.scan_log(os.fspath(path))
+
+
+def gather_log_ids(path: Path, id_offsets: Any, id_counts: Any) -> npt.NDArray[np.int64]:
+    """The ids of the log's step records at ``id_offsets``, one after another."""
+    return _native.gather_log_ids(os.fspath(path), id_offsets, id_counts)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from epochplan._native import Selection
+from epochplan._native import Mixture, Selection
 from epochplan._space_spec import load_space
 from epochplan.audit import audit
 from epochplan.cli.arguments import Help, UsageError, check_npy_file, path, positive
@@ -20,7 +20,9 @@ certify that every sample of every step from the run's start to its last
 commit was trained on exactly once, in the step its plan puts it in. Each
 process's records after its last commit (steps a resume replayed) are left
 out; a torn last record (a crash while writing) is reported and not read.
-Memory: a bitmap of the store, N/8 bytes an epoch. Exit status 0 when the
+Memory: a bitmap of the store, N/8 bytes an epoch (a plan over a mixture,
+which may hold a sample more than once an epoch: its steps compared as
+multisets, a batch of steps at a time). Exit status 0 when the
 run is exactly once; otherwise the counts and the first violations (the
 sample, the step it was planned in, where it was seen), exit status 1.
 
@@ -37,7 +39,7 @@ def add_parser(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("dir", type=path, metavar="DIR", help="the directory of the logs")
     p.add_argument("--space", type=path, default=None, metavar="SPACE.json",
-                   help="the plan's space file, for a plan over a selection")  # fmt: skip
+                   help="the plan's space file, for a plan over a space")  # fmt: skip
     p.add_argument("--lengths", type=path, default=None, metavar="FILE",
                    help="a token plan's lengths (.npy)")  # fmt: skip
     p.add_argument("--loss-tokens", type=path, default=None, metavar="FILE",
@@ -48,15 +50,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    space: Selection | None = None
+    space: Selection | Mixture | None = None
     if args.space is not None:
         try:
-            loaded = load_space(args.space)
+            space = load_space(args.space)
         except (ValueError, TypeError, OverflowError) as e:
             raise UsageError(f"--space {args.space}: {e}") from None
-        if not isinstance(loaded, Selection):
-            raise UsageError("--space: the audit takes a selection (mixtures are not audited yet)")
-        space = loaded
     arrays: dict[str, Any] = {}
     for flag, key in (("--lengths", "lengths"), ("--loss-tokens", "loss_tokens")):
         given = getattr(args, key)

@@ -8,9 +8,8 @@ import argparse
 from typing import Any
 
 from epochplan._native import Mixture, Selection
-from epochplan._space_spec import load_space, split_space
+from epochplan._space_spec import load_space, split_space, store_size
 from epochplan.cli.arguments import UsageError, path, samples, seed_or_epoch
-from epochplan.planfile.space import store_size
 
 __all__ = ["add_space_arguments", "describe_space", "space_from_args"]
 

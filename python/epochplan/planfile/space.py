@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 import epochplan._native as _native
 from epochplan._native import EpochPlan, Mixture, Selection
-from epochplan._space_spec import space_from_spec
+from epochplan._space_spec import space_from_spec, store_size
 from epochplan.planfile.errors import PlanError, plan_os_error
 
 __all__ = [
@@ -63,19 +63,6 @@ def space_digest(space: Selection | Mixture) -> str:
     """The space's digest, as ``EpochPlan(space, ...).state_dict()`` records it."""
     digest: str = EpochPlan(space, 1).state_dict()["space"]["digest"]
     return digest
-
-
-def store_size(space: Selection | Mixture | None, num_samples: int) -> int:
-    """The size of the store the space's ids index (its arrays of lengths
-    have one value per store id): ``num_samples`` without a space."""
-    if space is None:
-        return num_samples
-    if isinstance(space, Selection):
-        return space.num_samples
-    sources = space.sources
-    if sources and isinstance(sources[0], Selection):
-        return sources[0].num_samples
-    return sum(space.sizes)
 
 
 @dataclass(frozen=True)

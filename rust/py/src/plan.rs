@@ -151,7 +151,7 @@ impl EpochPlan {
     }
 
     /// The layout and the order as one core plan (the order shared, not copied).
-    fn plan(&self, py: Python<'_>) -> PyResult<Plan> {
+    pub(crate) fn plan(&self, py: Python<'_>) -> PyResult<Plan> {
         Plan::from_parts(self.layout, self.order(py)?.clone())
             .and_then(|p| p.with_space(self.space.space.clone()))
             .py()
