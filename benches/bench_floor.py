@@ -69,7 +69,7 @@ def _call(row: str, n: int) -> Callable[[], Any]:
         name, ncn = algo.split("/")
         sizes = np.full(SHARDS, n // SHARDS, dtype=np.int64)
         if impl == "streaming":
-            sys.path.insert(0, str(HERE.parent / "tests"))
+            sys.path.insert(0, str(HERE.parent / "tests" / "compat"))
             from streaming_ref import load_shuffle
 
             shuffle = load_shuffle().get_shuffle
@@ -79,7 +79,7 @@ def _call(row: str, n: int) -> Callable[[], Any]:
     if algo == "get_partitions/8":
         args = ("orig", n, 8, NODES, RANKS, WORKERS, BATCH)
         if impl == "streaming":
-            sys.path.insert(0, str(HERE.parent / "tests"))
+            sys.path.insert(0, str(HERE.parent / "tests" / "compat"))
             from streaming_ref import load_partition
 
             part = load_partition().get_partitions

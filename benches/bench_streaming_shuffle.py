@@ -46,7 +46,7 @@ def child(impl: str, algo: str, shards: int, shard_size: int, ncn: int, repeats:
     import numpy as np
 
     if impl == "streaming":
-        sys.path.insert(0, str(HERE.parent / "tests"))
+        sys.path.insert(0, str(HERE.parent / "tests" / "compat"))
         from streaming_ref import load_shuffle
 
         fn = load_shuffle().get_shuffle

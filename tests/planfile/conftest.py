@@ -1,0 +1,15 @@
+"""Fixtures of the plan-file tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests._support.plan_dirs import write_small_plan
+
+
+@pytest.fixture
+def plan_dir(tmp_path: Path) -> Path:
+    """A plan of 40,000 samples in steps of 1,000 on 4 ranks, epochs 0 and 1."""
+    return write_small_plan(tmp_path / "plan")
