@@ -104,9 +104,9 @@ grep -q '^verified in .*every id as planned and once per epoch' <<<"$out" || {
 phase "wheel: .ci/wheel_smoke.py --torch"
 no_rust "$work/venv" python "$root/.ci/wheel_smoke.py" --torch
 
-phase "wheel: golden vectors (tests/test_golden.py)"
+phase "wheel: golden vectors (tests/core/test_golden.py)"
 no_rust "$work/venv" python -m pytest -q -p no:cacheprovider -c /dev/null --rootdir "$work" \
-  "$root/tests/test_golden.py"
+  "$root/tests/core/test_golden.py"
 
 py310=
 for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.10.*/bin/python3.10; do

@@ -39,7 +39,8 @@ GOLDEN_V1 = (Path(__file__).parents[1] / "golden" / "v1.txt").read_text()
 
 # The sha256 of each frozen table: regenerating a table from a changed build
 # (``python tests/core/test_golden.py > tests/golden/v1.txt``) must not pass
-# unnoticed. rust/core/tests/golden.rs pins v1.txt's too.
+# unnoticed. rust/core/tests/golden.rs pins v1.txt's too. The tables' headers
+# name this file by its path of the time, before the tests had folders.
 FROZEN = {
     "v1.txt": "f0a2a5052f76f9cec0f1c62d1ce9cd71ce32530f6947b1471e6447832afb9ec6",
     "plan_v1.txt": "02be783e421a777fbd37b60fafd3e5d4637aff6d72fc80a944ad8d9028f492f5",

@@ -3,7 +3,7 @@
 //! Every entry pins, for one (kind, num_samples, seed, epoch), the first 32 hex
 //! digits of the sha256 of the little-endian int64 bytes of the first
 //! `min(num_samples, 4096)` ids (the whole array for `uniform`), and the first
-//! 8 ids. `tests/test_golden.py` pins the same table through Python.
+//! 8 ids. `tests/core/test_golden.py` pins the same table through Python.
 //!
 //! THESE VECTORS ARE FROZEN (format_version 1). An order that changes any of
 //! them is a breaking change: it needs a new, selectable format_version with
