@@ -307,6 +307,17 @@ class TokenDealer:
         space: Selection | Mixture | MixtureEpoch | None = None,
     ) -> None: ...
     def digests(self) -> tuple[str, str | None]: ...
+    def write_files(
+        self,
+        ids: list[str],
+        offsets: list[str],
+        lengths: list[str],
+        loss_tokens: list[str] | None,
+        steps: str,
+        *,
+        fsync: bool = True,
+        progress: Callable[[int], object] | None = None,
+    ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]: ...
     def steps(
         self, start: int, stop: int, first_rank: int, end_rank: int
     ) -> tuple[

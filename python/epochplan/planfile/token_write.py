@@ -1,19 +1,17 @@
-"""Writing a token plan's files: each epoch dealt a range of steps at a time
-(every step once per group of ranks), the rank files of ids in the balanced
-dealing's order and, beside them, the token files a rank reads alone (see
-:mod:`epochplan.planfile.tokens`)."""
+"""Writing a token plan's files: each epoch written by the native writer
+(every step dealt once, on every core, a batch of steps at a time), the rank
+files of ids in the balanced dealing's order and, beside them, the token
+files a rank reads alone (see :mod:`epochplan.planfile.tokens`)."""
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 import epochplan._native as _native
 from epochplan._files import map_npy
@@ -24,10 +22,6 @@ from epochplan.planfile.tokens import STEP_COLUMNS, TokenFile, token_file_name
 
 __all__ = ["array_source", "token_plan_bytes", "write_token_epoch"]
 
-# Ranks whose files are open at once (each dealt step serves them all).
-_RANK_GROUP = 64
-# Samples dealt per call into the native dealer.
-_BATCH_SAMPLES = 1 << 18
 _HEADER_BYTES = len(_native.npy_header(0))
 
 
@@ -66,97 +60,38 @@ def token_plan_bytes(
     return (data + offsets + table) * num_epochs
 
 
-class _NpyWriter:
-    """A new 1-d little-endian int64 ``.npy`` file written in pieces; its
-    header (always the same size) is written again with the count at the end."""
-
-    def __init__(self, path: Path, stack: contextlib.ExitStack) -> None:
-        self.path = path
-        self.count = 0
-        self._file: IO[bytes] = stack.enter_context(open(path, "xb"))  # noqa: SIM115 - closed by finish or the stack
-        self._file.write(_native.npy_header(0))
-
-    def write(self, values: npt.NDArray[Any]) -> None:
-        self._file.write(np.ascontiguousarray(values, dtype="<i8").tobytes())
-        self.count += len(values)
-
-    def finish(self) -> tuple[int, int, str]:
-        """Completes the file; its ``(count, bytes, blake3)``."""
-        header = _native.npy_header(self.count)
-        if len(header) != _HEADER_BYTES:  # pragma: no cover - a 1-d header never grows
-            raise RuntimeError(f"{self.path}: the .npy header changed size")
-        self._file.seek(0)
-        self._file.write(header)
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        return self.count, _native.npy_file_size(self.count), _native.file_checksum(self.path)
-
-
 def write_token_epoch(
     tmp: Path,
     epoch: int,
-    spec: PlanSpec,
     world_size: int,
     dealer: _native.TokenDealer,
     roles: tuple[str, ...],
     report: Callable[[int], None] | None,
 ) -> tuple[list[FileEntry], list[TokenFile]]:
-    """Writes one epoch of a token plan into ``tmp``: per rank its ids in
+    """Writes one epoch of a token plan into ``tmp`` with the native writer
+    (every core, memory independent of the plan's size): per rank its ids in
     dealing order and its token files of ``roles``, and the epoch's step
     table. ``report(samples)`` is called as samples are written."""
-    steps = spec.layout().num_steps
-    per_call = max(1, _BATCH_SAMPLES // spec.global_batch_size)
-    rank_files: list[FileEntry] = []
-    token_files: list[TokenFile] = []
-    table_entry: TokenFile | None = None
-    done = 0
-    for first in range(0, world_size, _RANK_GROUP):
-        ranks = range(first, min(world_size, first + _RANK_GROUP))
-        with contextlib.ExitStack() as stack:
-            ids_out = [_NpyWriter(tmp / rank_file_name(epoch, r), stack) for r in ranks]
-            role_out = {
-                role: [_NpyWriter(tmp / token_file_name(epoch, r, role), stack) for r in ranks]
-                for role in roles
-            }
-            table_out = None
-            if first == 0:
-                table_out = _NpyWriter(tmp / token_file_name(epoch, None, "steps"), stack)
-            totals = np.zeros(len(ranks), dtype=np.int64)
-            for out in role_out["offsets"]:
-                out.write(np.zeros(1, dtype=np.int64))
-            for start in range(0, steps, per_call):
-                stop = min(steps, start + per_call)
-                ids, lengths, losses, counts, table = dealer.steps(
-                    start, stop, ranks.start, ranks.stop
-                )
-                if table_out is not None:
-                    table_out.write(table.ravel())
-                ends = totals + np.cumsum(counts, axis=0)
-                for k in range(len(ranks)):
-                    ids_out[k].write(ids[k])
-                    role_out["offsets"][k].write(ends[:, k])
-                    role_out["lengths"][k].write(lengths[k])
-                    if losses is not None:
-                        role_out["loss_tokens"][k].write(losses[k])
-                    done += len(ids[k])
-                if len(ends):
-                    totals = ends[-1]
-                if report is not None:
-                    report(done)
-            for k, r in enumerate(ranks):
-                count, nbytes, digest = ids_out[k].finish()
-                rank_files.append(
-                    FileEntry(epoch, r, rank_file_name(epoch, r), count, nbytes, digest)
-                )
-                for role in roles:
-                    count, nbytes, digest = role_out[role][k].finish()
-                    name = token_file_name(epoch, r, role)
-                    token_files.append(TokenFile(epoch, r, role, name, count, nbytes, digest))
-            if table_out is not None:
-                count, nbytes, digest = table_out.finish()
-                name = token_file_name(epoch, None, "steps")
-                table_entry = TokenFile(epoch, None, "steps", name, count, nbytes, digest)
-    if table_entry is None:  # pragma: no cover - world_size >= 1
-        raise RuntimeError("no rank group wrote the step table")
-    return rank_files, [table_entry, *token_files]
+    ranks = range(world_size)
+
+    def paths(role: str) -> list[str]:
+        return [str(tmp / token_file_name(epoch, r, role)) for r in ranks]
+
+    ids, token = dealer.write_files(
+        [str(tmp / rank_file_name(epoch, r)) for r in ranks],
+        paths("offsets"),
+        paths("lengths"),
+        paths("loss_tokens") if "loss_tokens" in roles else None,
+        str(tmp / token_file_name(epoch, None, "steps")),
+        progress=report,
+    )
+    rank_files = [
+        FileEntry(epoch, r, rank_file_name(epoch, r), count, nbytes, digest)
+        for r, (count, nbytes, digest) in zip(ranks, ids, strict=True)
+    ]
+    names = [(None, "steps")] + [(r, role) for r in ranks for role in roles]
+    token_files = [
+        TokenFile(epoch, r, role, token_file_name(epoch, r, role), count, nbytes, digest)
+        for (r, role), (count, nbytes, digest) in zip(names, token, strict=True)
+    ]
+    return rank_files, token_files

@@ -415,7 +415,6 @@ def _write_new_plan(
                 written = write_token_epoch(
                     tmp,
                     epoch,
-                    spec,
                     world_size,
                     tokens.dealer(spec, epoch, world_size),
                     tokens.info.roles,

@@ -26,6 +26,7 @@ mod streaming_shuffle;
 mod testing;
 mod threads;
 mod token_files;
+mod token_slices;
 
 use pyo3::prelude::*;
 

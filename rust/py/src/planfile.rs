@@ -110,7 +110,7 @@ fn paths_arg(paths: Vec<String>, world_size: u64) -> PyResult<Vec<PathBuf>> {
 /// Runs `work` without the GIL. Its progress callback takes the GIL only to
 /// deliver signals (Ctrl-C) and to call `progress(done)`; an exception from
 /// either stops the work and is what this returns.
-fn run_detached<T: Send>(
+pub(crate) fn run_detached<T: Send>(
     py: Python<'_>,
     progress: Option<Py<PyAny>>,
     work: impl FnOnce(&mut dyn FnMut(u64) -> bool) -> epochplan_core::Result<T> + Send,

@@ -6,14 +6,17 @@
 use crate::args::{int64_array, int_arg, opt_int_arg, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::lengths::{caps_arg, cost_arg, normalization_arg, TokenArrays};
-use crate::planfile::{PlanArgs, PlanSpec};
+use crate::planfile::{run_detached, PlanArgs, PlanSpec};
+use crate::token_slices::Guards;
 use epochplan_core::dealing::{negative_length, Dealing, SampleLengths};
 use epochplan_core::plan::Plan;
+use epochplan_core::planfile::{self, FileInfo, TokenArraysRef, TokenPaths};
 use epochplan_core::tokens::{cut_share, Caps, Cost, Normalization};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use std::path::PathBuf;
 
 /// Columns of the per-step table: `T_t`, `M`, the filler's id and length.
 const TABLE_COLUMNS: usize = 4;
@@ -41,6 +44,9 @@ type Dealt<'py> = (
     Bound<'py, PyArray2<i64>>,
     Bound<'py, PyArray2<i64>>,
 );
+
+/// `(count, bytes, blake3 hex)` of the ids files and of the token files.
+type FileLists = (Vec<(u64, u64, String)>, Vec<(u64, u64, String)>);
 
 fn to_i64(value: u128, what: impl FnOnce() -> String) -> PyResult<i64> {
     i64::try_from(value).map_err(|_| {
@@ -98,6 +104,59 @@ impl TokenDealer {
     /// are the lengths), as the plan's state records them.
     fn digests(&self, py: Python<'_>) -> PyResult<(String, Option<String>)> {
         Ok(self.tokens.digests(py)?.clone())
+    }
+
+    /// Writes the epoch's token plan files (new files: per rank its ids,
+    /// offsets, lengths and loss tokens, only when there are loss tokens;
+    /// the step table) with every core, in memory that does not depend on
+    /// `N`. Returns `(count, bytes, blake3 hex)` of the ids files, rank by
+    /// rank, and of the token files in the manifest's order: the step table,
+    /// then per rank its offsets, lengths (and loss tokens).
+    #[pyo3(signature = (ids, offsets, lengths, loss_tokens, steps, *, fsync = true, progress = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn write_files(
+        &self,
+        py: Python<'_>,
+        ids: Vec<PathBuf>,
+        offsets: Vec<PathBuf>,
+        lengths: Vec<PathBuf>,
+        loss_tokens: Option<Vec<PathBuf>>,
+        steps: PathBuf,
+        fsync: bool,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<FileLists> {
+        if loss_tokens.is_some() != self.tokens.loss_tokens.is_some() {
+            return Err(PyValueError::new_err(
+                "loss_tokens must hold paths exactly when the plan has loss tokens",
+            ));
+        }
+        let paths = TokenPaths {
+            ids,
+            offsets,
+            lengths,
+            loss_tokens,
+            steps,
+        };
+        let guards = Guards::new(py, &self.tokens)?;
+        let (lengths, loss) = guards.slices()?;
+        let arrays = TokenArraysRef {
+            lengths: &lengths,
+            loss_tokens: loss.as_ref().map(|l| l as _),
+        };
+        let (plan, w, caps) = (&self.plan, self.world_size, self.caps);
+        let files = run_detached(py, progress, |report| {
+            planfile::write_token_files(plan, arrays, w, caps, &paths, fsync, report)
+        })?;
+        let row = |i: &FileInfo| (i.count, i.bytes, i.checksum.clone());
+        let mut token = vec![row(&files.steps)];
+        for r in 0..files.ids.len() {
+            token.push(row(&files.offsets[r]));
+            token.push(row(&files.lengths[r]));
+            if let Some(loss) = &files.loss_tokens {
+                token.push(row(&loss[r]));
+            }
+        }
+        Ok((files.ids.iter().map(row).collect(), token))
     }
 
     /// Steps `[start, stop)` dealt to ranks `[first_rank, end_rank)` (see
