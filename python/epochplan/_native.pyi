@@ -328,6 +328,25 @@ class TokenDealer:
         npt.NDArray[np.int64],
     ]: ...
 
+def verify_token_epoch(
+    plan: dict[str, Any],
+    world_size: int,
+    ids: list[tuple[str, int, int, str]],
+    offsets: list[tuple[str, int, int, str]],
+    lengths_files: list[tuple[str, int, int, str]],
+    loss_files: list[tuple[str, int, int, str]] | None,
+    steps: tuple[str, int, int, str],
+    *,
+    directory: str,
+    cost: str | tuple[float, float] | None = None,
+    loss_normalization: str | None = None,
+    micro_batch_size: int | None = None,
+    max_tokens: int | None = None,
+    space: Selection | Mixture | MixtureEpoch | None = None,
+    lengths: Any = None,
+    loss_tokens: Any = None,
+    progress: Callable[[int], object] | None = None,
+) -> Exception | None: ...
 def token_cuts(
     lengths: npt.ArrayLike,
     micro_batches: int,

@@ -58,6 +58,11 @@ impl PlanSpec {
         })
     }
 
+    /// The epoch the plan is of.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// The index space `space` gives (None or an int: `0..N`), for this
     /// epoch (a Mixture's epoch `epoch`, with its default consumed counts).
     pub(crate) fn space(

@@ -200,12 +200,26 @@ pub fn steps_per_batch(global_batch_size: u64) -> u64 {
     (TOKEN_BATCH_SAMPLES / global_batch_size.max(1)).max(1)
 }
 
-/// Appends `values` as little-endian int64 to the file at `path`.
-fn append(path: &Path, values: impl Iterator<Item = i64>, bytes: &mut Vec<u8>) -> Result<()> {
-    bytes.clear();
-    bytes.extend(values.flat_map(i64::to_le_bytes));
-    if bytes.is_empty() {
+/// Appends the values of `parts` as little-endian int64 to the file at
+/// `path` (`bytes` is the buffer they are converted in).
+fn append<'a>(
+    path: &Path,
+    parts: impl Iterator<Item = &'a [i64]> + Clone,
+    bytes: &mut Vec<u8>,
+) -> Result<()> {
+    let total: usize = parts.clone().map(<[i64]>::len).sum();
+    if total == 0 {
         return Ok(());
+    }
+    bytes.clear();
+    bytes.resize(8 * total, 0);
+    let mut slots = bytes.chunks_exact_mut(8);
+    for part in parts {
+        // The part first: zip takes from it first, and a slot is only
+        // taken for a value.
+        for (v, slot) in part.iter().zip(slots.by_ref()) {
+            slot.copy_from_slice(&v.to_le_bytes());
+        }
     }
     let mut f = File::options()
         .append(true)
@@ -268,22 +282,22 @@ impl RankOut<'_> {
     /// Appends rank `rank`'s share of each of `steps`.
     fn append(&mut self, rank: usize, steps: &[DealtStep]) -> Result<()> {
         let mut bytes = Vec::new();
-        let parts = |values: fn(&DealtStep) -> &[i64]| {
-            steps
-                .iter()
-                .flat_map(move |s| s.of(values(s), rank).iter().copied())
-        };
+        let parts =
+            |values: fn(&DealtStep) -> &[i64]| steps.iter().map(move |s| s.of(values(s), rank));
         append(self.ids, parts(|s| s.ids.as_slice()), &mut bytes)?;
         append(self.lengths, parts(|s| s.lengths.as_slice()), &mut bytes)?;
         if let Some(path) = self.loss_tokens {
             append(path, parts(|s| s.loss_tokens.as_slice()), &mut bytes)?;
         }
         let mut total = self.total;
-        let ends = steps.iter().map(|s| {
-            total += s.count(rank) as u64;
-            total as i64
-        });
-        append(self.offsets, ends, &mut bytes)?;
+        let ends: Vec<i64> = steps
+            .iter()
+            .map(|s| {
+                total += s.count(rank) as u64;
+                total as i64
+            })
+            .collect();
+        append(self.offsets, [ends.as_slice()].into_iter(), &mut bytes)?;
         self.total = total;
         Ok(())
     }
@@ -367,7 +381,7 @@ fn write_epoch(
     }
     let mut zero = Vec::new();
     for r in &ranks {
-        append(r.offsets, [0i64].into_iter(), &mut zero)?;
+        append(r.offsets, [&[0i64][..]].into_iter(), &mut zero)?;
     }
     let num_steps = plan.num_steps();
     let per_batch = steps_per_batch(plan.layout().global_batch_size());
@@ -389,7 +403,7 @@ fn write_epoch(
         .and_then(first_error)?;
         append(
             &paths.steps,
-            steps.iter().flat_map(|s| s.row),
+            steps.iter().map(|s| &s.row[..]),
             &mut table_bytes,
         )?;
         done.fetch_add(
