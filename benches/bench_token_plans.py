@@ -5,11 +5,13 @@ lognormal with median 403, clipped to [1, max_tokens]) and ``--max-tokens``.
 
 Each plan is one ``epochplan plan`` process. Reported per run: the write and
 verify times the command prints, its wall time, its peak resident memory
-(``ru_maxrss`` from ``wait4``) and the peak of its anonymous memory
-(``RssAnon`` in ``/proc/PID/status``, sampled every 20 ms): the memory the
-process allocated itself, without the pages of the files it maps (the
-token plan reads the lengths file by id through a memory map: its pages
-count in the resident memory, as page cache, up to the file's size). The
+(``VmHWM`` in ``/proc/PID/status``, the high-water mark of the process's
+own address space, read every 20 ms; ``ru_maxrss`` would also count this
+script's memory at the fork) and the peak of its anonymous memory
+(``RssAnon``, sampled as often): the memory the process allocated itself,
+without the pages of the files it maps (the token plan reads the lengths
+file by id through a memory map: its pages count in the resident memory,
+as page cache, up to the file's size). The
 token plan's ratios are against the plain plan of the same N. The lengths
 file is written a chunk at a time, and every output is deleted after its
 run; a size whose files would not fit on the disk of ``--dir`` is skipped
@@ -47,15 +49,18 @@ def write_lengths(path: Path, n: int, cap: int) -> None:
     del out
 
 
-def _anon_kb(pid: int) -> int:
+def _status_kb(pid: int) -> dict[str, int]:
+    """``VmHWM`` and ``RssAnon`` of a process, in KiB (empty once it is gone)."""
+    found = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
+                key = line.split(":")[0]
+                if key in ("VmHWM", "RssAnon"):
+                    found[key] = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return found
 
 
 def run(args: list[str]) -> dict[str, float]:
@@ -67,18 +72,18 @@ def run(args: list[str]) -> dict[str, float]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    peak_anon = 0
+    peak = {"VmHWM": 0, "RssAnon": 0}
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak_anon
         while not done.is_set():
-            peak_anon = max(peak_anon, _anon_kb(proc.pid))
+            for key, value in _status_kb(proc.pid).items():
+                peak[key] = max(peak[key], value)
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status = os.waitpid(proc.pid, 0)
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
@@ -94,8 +99,8 @@ def run(args: list[str]) -> dict[str, float]:
         "write": float(wrote.group(1)),
         "verify": float(verified.group(1)),
         "wall": wall,
-        "rss": usage.ru_maxrss / 1024,
-        "anon": peak_anon / 1024,
+        "rss": peak["VmHWM"] / 1024,
+        "anon": peak["RssAnon"] / 1024,
     }
 
 
