@@ -47,8 +47,8 @@ from epochplan.planfile.publish import (
 )
 from epochplan.planfile.reader import PlanDirectory, open_plan
 from epochplan.planfile.space import SPACE_DIR, SpaceInfo, space_bytes, write_space
-from epochplan.planfile.token_write import array_source, token_plan_bytes, write_token_epoch
 from epochplan.planfile.tokens import ArraySource, TokenFile, TokenInfo
+from epochplan.planfile.tokens.write import array_source, token_plan_bytes, write_token_epoch
 
 __all__ = ["write_plan"]
 

@@ -18,7 +18,7 @@ from epochplan._files import map_npy
 from epochplan._spec import PlanSpec
 from epochplan.planfile._checks import path_arg
 from epochplan.planfile.manifest import FileEntry, rank_file_name
-from epochplan.planfile.tokens import STEP_COLUMNS, TokenFile, token_file_name
+from epochplan.planfile.manifest.tokens import STEP_COLUMNS, TokenFile, token_file_name
 
 __all__ = ["array_source", "token_plan_bytes", "write_token_epoch"]
 

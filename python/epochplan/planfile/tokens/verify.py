@@ -15,9 +15,9 @@ import numpy as np
 import epochplan._native as _native
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import FileEntry
+from epochplan.planfile.manifest.tokens import ArraySource, TokenFile
 from epochplan.planfile.reader import PlanDirectory
 from epochplan.planfile.space import store_size
-from epochplan.planfile.tokens import ArraySource, TokenFile
 
 __all__ = ["lengths_unreachable", "verify_token_plan"]
 
