@@ -318,15 +318,6 @@ class TokenDealer:
         fsync: bool = True,
         progress: Callable[[int], object] | None = None,
     ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]: ...
-    def steps(
-        self, start: int, stop: int, first_rank: int, end_rank: int
-    ) -> tuple[
-        list[npt.NDArray[np.int64]],
-        list[npt.NDArray[np.int64]],
-        list[npt.NDArray[np.int64]] | None,
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-    ]: ...
 
 def verify_token_epoch(
     plan: dict[str, Any],

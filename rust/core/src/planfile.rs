@@ -21,6 +21,8 @@
 mod npy;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;
 mod token_verify;
 mod tokens;
 mod verify;
