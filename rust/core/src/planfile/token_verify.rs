@@ -97,13 +97,20 @@ struct Stored {
     shares: Vec<Share>,
 }
 
-/// What one step's checks found: a violation of the stored plan's own
-/// rules (reported first), or, against the recomputed dealing, whether its
-/// table row differs and the first rank whose ids differ.
+/// What recomputing one step's dealing found: an error dealing it, or
+/// whether its table row differs and the first rank whose ids differ. It is
+/// reported after every step's own checks (as a range of steps).
 #[derive(Default)]
 struct StepFinding {
+    error: Option<Error>,
     table_differs: bool,
     bad_rank: Option<usize>,
+}
+
+impl StepFinding {
+    fn any(&self) -> bool {
+        self.error.is_some() || self.table_differs || self.bad_rank.is_some()
+    }
 }
 
 impl TokenCheck<'_> {
@@ -301,24 +308,28 @@ impl TokenCheck<'_> {
     }
 
     /// The stored step against the dealing recomputed from the arrays.
-    fn against_dealing(
-        &self,
-        step: u64,
-        s: &Stored,
-        arrays: TokenArraysRef<'_>,
-    ) -> Result<StepFinding> {
+    fn against_dealing(&self, step: u64, s: &Stored, arrays: TokenArraysRef<'_>) -> StepFinding {
         let dealt: DealtStep =
-            deal_token_step(self.plan, arrays, self.world_size, self.caps, step)?;
+            match deal_token_step(self.plan, arrays, self.world_size, self.caps, step) {
+                Ok(dealt) => dealt,
+                Err(error) => {
+                    return StepFinding {
+                        error: Some(error),
+                        ..StepFinding::default()
+                    }
+                }
+            };
         let bad_rank = s
             .shares
             .iter()
             .enumerate()
             .find(|(r, x)| dealt.of(&dealt.ids, *r) != x.0.as_slice())
             .map(|(r, _)| r);
-        Ok(StepFinding {
+        StepFinding {
+            error: None,
             table_differs: dealt.row != s.row,
             bad_rank,
-        })
+        }
     }
 }
 
@@ -438,7 +449,7 @@ fn verify_epoch(
         }
         let end = num_steps.min(start + per_batch);
         let stored = read_batch(files, w, start, end)?;
-        let findings = parallel::install(|| {
+        let mut findings = parallel::install(|| {
             stored
                 .par_iter()
                 .enumerate()
@@ -448,7 +459,7 @@ fn verify_epoch(
                     match arrays {
                         Some(a) => {
                             check.compare(step, s, a)?;
-                            check.against_dealing(step, s, a)
+                            Ok(check.against_dealing(step, s, a))
                         }
                         None => Ok(StepFinding::default()),
                     }
@@ -457,7 +468,8 @@ fn verify_epoch(
         })
         .and_then(first_error)?;
         if dealing_error.is_none() {
-            dealing_error = dealing_mismatch(check, start, end, per_range, num_steps, &findings);
+            dealing_error =
+                dealing_mismatch(check, start, end, per_range, num_steps, &mut findings);
         }
         start = end;
     }
@@ -472,16 +484,21 @@ fn dealing_mismatch(
     end: u64,
     per_range: u64,
     num_steps: u64,
-    findings: &[StepFinding],
+    findings: &mut [StepFinding],
 ) -> Option<(u64, Error)> {
-    let first = (start..end).find(|&t| {
-        let f = &findings[(t - start) as usize];
-        f.table_differs || f.bad_rank.is_some()
-    })?;
+    let first = (start..end).find(|&t| findings[(t - start) as usize].any())?;
     let range_start = first / per_range * per_range;
     let range_end = num_steps.min(range_start + per_range);
-    // Batches hold whole ranges.
+    // Batches hold whole ranges. A range is dealt first (its first error),
+    // then its table compared, then its ids.
     let steps = range_start.max(start)..range_end.min(end);
+    if let Some(t) = steps
+        .clone()
+        .find(|&t| findings[(t - start) as usize].error.is_some())
+    {
+        let error = findings[(t - start) as usize].error.take()?;
+        return Some((range_start, error));
+    }
     let in_range = |t: u64| &findings[(t - start) as usize];
     let table = steps.clone().any(|t| in_range(t).table_differs);
     let where_ = format!("epoch {}", check.epoch);
