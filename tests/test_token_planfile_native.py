@@ -137,9 +137,10 @@ def _peak_rss(tmp_path: Path, n: int) -> int:
 def test_peak_memory_of_writing_and_verifying_does_not_grow_with_the_plan(
     tmp_path: Path,
 ) -> None:
-    # 3x the samples: a writer holding its per-sample arrays (the Python one
-    # grew by about 20 bytes a sample) would add over 150 MB; the lengths'
-    # mapped pages add 2 bytes a sample (16 MB).
+    # 3x the samples: a writer holding per-sample arrays (the Python one
+    # reached 2.0 GB at 10^8 samples, about 15 bytes a sample beyond the
+    # mapped lengths) would add over 100 MB; the lengths' mapped pages add
+    # 2 bytes a sample (16 MB).
     small = _peak_rss(tmp_path, 4_000_000)
     large = _peak_rss(tmp_path, 12_000_000)
     assert large - small < 48 * 2**20, (small, large)
