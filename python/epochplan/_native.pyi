@@ -317,16 +317,37 @@ class TokenDealer:
         space: Selection | Mixture | MixtureEpoch | None = None,
     ) -> None: ...
     def digests(self) -> tuple[str, str | None]: ...
-    def steps(
-        self, start: int, stop: int, first_rank: int, end_rank: int
-    ) -> tuple[
-        list[npt.NDArray[np.int64]],
-        list[npt.NDArray[np.int64]],
-        list[npt.NDArray[np.int64]] | None,
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-    ]: ...
+    def write_files(
+        self,
+        ids: list[str],
+        offsets: list[str],
+        lengths: list[str],
+        loss_tokens: list[str] | None,
+        steps: str,
+        *,
+        fsync: bool = True,
+        progress: Callable[[int], object] | None = None,
+    ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]: ...
 
+def verify_token_epoch(
+    plan: dict[str, Any],
+    world_size: int,
+    ids: list[tuple[str, int, int, str]],
+    offsets: list[tuple[str, int, int, str]],
+    lengths_files: list[tuple[str, int, int, str]],
+    loss_files: list[tuple[str, int, int, str]] | None,
+    steps: tuple[str, int, int, str],
+    *,
+    directory: str,
+    cost: str | tuple[float, float] | None = None,
+    loss_normalization: str | None = None,
+    micro_batch_size: int | None = None,
+    max_tokens: int | None = None,
+    space: Selection | Mixture | MixtureEpoch | None = None,
+    lengths: Any = None,
+    loss_tokens: Any = None,
+    progress: Callable[[int], object] | None = None,
+) -> Exception | None: ...
 def token_cuts(
     lengths: npt.ArrayLike,
     micro_batches: int,

@@ -12,7 +12,7 @@ from epochplan.cli.progress import progress_bar, show_progress
 from epochplan.cli.space import describe_space
 from epochplan.planfile import open_plan, verify_part, verify_plan
 from epochplan.planfile.parts import is_part
-from epochplan.planfile.token_verify import lengths_unreachable
+from epochplan.planfile.tokens.verify import lengths_unreachable
 
 VERIFY_HELP = """\
 Check a plan directory completely: the manifest, every file's header, size and

@@ -21,8 +21,8 @@ from epochplan._system import is_local_filesystem
 from epochplan.planfile._checks import absolute, path_arg
 from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
+from epochplan.planfile.manifest.tokens import TokenFile, TokenInfo
 from epochplan.planfile.space import SPACE_DIR
-from epochplan.planfile.tokens import TokenFile, TokenInfo
 
 __all__ = ["PlanDirectory", "RankFile", "open_plan"]
 

@@ -15,7 +15,7 @@ from epochplan.planfile.manifest import PlanSpec
 from epochplan.planfile.parts import is_part, verify_part
 from epochplan.planfile.reader import open_plan
 from epochplan.planfile.space import store_size
-from epochplan.planfile.token_verify import verify_token_plan
+from epochplan.planfile.tokens.verify import verify_token_plan
 
 __all__ = ["check_verify_memory", "uniform_fits", "verify_plan"]
 
@@ -90,7 +90,7 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
         True when every id was compared with the recomputed plan; False when
         a uniform plan's ids could only be counted, or when a token plan's
         lengths file is not reachable
-        (:func:`~epochplan.planfile.token_verify.lengths_unreachable` says
+        (:func:`~epochplan.planfile.tokens.verify.lengths_unreachable` says
         why).
 
     Raises:

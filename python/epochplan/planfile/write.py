@@ -47,8 +47,8 @@ from epochplan.planfile.publish import (
 )
 from epochplan.planfile.reader import PlanDirectory, open_plan
 from epochplan.planfile.space import SPACE_DIR, SpaceInfo, space_bytes, write_space
-from epochplan.planfile.token_write import array_source, token_plan_bytes, write_token_epoch
 from epochplan.planfile.tokens import ArraySource, TokenFile, TokenInfo
+from epochplan.planfile.tokens.write import array_source, token_plan_bytes, write_token_epoch
 
 __all__ = ["write_plan"]
 
@@ -415,7 +415,6 @@ def _write_new_plan(
                 written = write_token_epoch(
                     tmp,
                     epoch,
-                    spec,
                     world_size,
                     tokens.dealer(spec, epoch, world_size),
                     tokens.info.roles,

@@ -12,7 +12,7 @@ import numpy.typing as npt
 from epochplan._native import EpochPlan
 from epochplan._types import MicroBatch
 from epochplan.planfile import PlanDirectory, PlanError, RankFile, open_plan
-from epochplan.planfile.token_reader import TokenRankReader, cut_micro_batches, step_weight
+from epochplan.planfile.tokens.read import TokenRankReader, cut_micro_batches, step_weight
 from epochplan.torch.elastic import ElasticBatchSampler
 from epochplan.torch.rank import RankProvider
 

@@ -21,10 +21,19 @@
 mod npy;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;
+mod token_verify;
+mod tokens;
 mod verify;
 mod write;
 
 pub use npy::{npy_file_size, npy_header, parse_npy_header, NpyHeader};
+pub use token_verify::{verify_token_files, TokenCheck, TokenEpochFiles, DEALING_RANGE_SAMPLES};
+pub use tokens::{
+    deal_token_step, deal_token_steps, first_error, steps_per_batch, to_i64, write_token_files,
+    DealtStep, TokenArraysRef, TokenFiles, TokenPaths, STEP_COLUMNS, TOKEN_BATCH_SAMPLES,
+};
 pub use verify::{
     check_rank_file, file_checksum, verify_part_files, verify_rank_files, ExpectedFile,
 };

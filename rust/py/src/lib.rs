@@ -26,6 +26,8 @@ mod streaming_shuffle;
 mod testing;
 mod threads;
 mod token_files;
+mod token_slices;
+mod token_verify;
 
 use pyo3::prelude::*;
 
@@ -50,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     streaming_shuffle::register(m)?;
     planfile::register(m)?;
     token_files::register(m)?;
+    token_verify::register(m)?;
     mapped::register(m)?;
     megatron::register(m)?;
     space::register(m)?;

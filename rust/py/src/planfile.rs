@@ -58,6 +58,11 @@ impl PlanSpec {
         })
     }
 
+    /// The epoch the plan is of.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// The index space `space` gives (None or an int: `0..N`), for this
     /// epoch (a Mixture's epoch `epoch`, with its default consumed counts).
     pub(crate) fn space(
@@ -110,7 +115,7 @@ fn paths_arg(paths: Vec<String>, world_size: u64) -> PyResult<Vec<PathBuf>> {
 /// Runs `work` without the GIL. Its progress callback takes the GIL only to
 /// deliver signals (Ctrl-C) and to call `progress(done)`; an exception from
 /// either stops the work and is what this returns.
-fn run_detached<T: Send>(
+pub(crate) fn run_detached<T: Send>(
     py: Python<'_>,
     progress: Option<Py<PyAny>>,
     work: impl FnOnce(&mut dyn FnMut(u64) -> bool) -> epochplan_core::Result<T> + Send,

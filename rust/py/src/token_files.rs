@@ -1,26 +1,25 @@
-//! Token plans in plan files: [`TokenDealer`] deals a range of steps to
-//! every rank at once (each step dealt once, for writing and verifying a
-//! plan directory), and [`token_cuts`] cuts one rank's stored share into
-//! its micro-batches from the lengths of its own samples alone.
+//! Token plans in plan files: [`TokenDealer`] writes an epoch's files with
+//! the core (`planfile::write_token_files`), and [`token_cuts`] cuts one
+//! rank's stored share into its micro-batches from the lengths of its own
+//! samples alone.
 
 use crate::args::{int64_array, int_arg, opt_int_arg, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::lengths::{caps_arg, cost_arg, normalization_arg, TokenArrays};
-use crate::planfile::{PlanArgs, PlanSpec};
-use epochplan_core::dealing::{negative_length, Dealing, SampleLengths};
+use crate::planfile::{run_detached, PlanArgs, PlanSpec};
+use crate::token_slices::Guards;
+use epochplan_core::dealing::{negative_length, Dealing};
 use epochplan_core::plan::Plan;
+use epochplan_core::planfile::{self, FileInfo, TokenArraysRef, TokenPaths};
 use epochplan_core::tokens::{cut_share, Caps, Cost, Normalization};
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods};
+use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use std::path::PathBuf;
 
-/// Columns of the per-step table: `T_t`, `M`, the filler's id and length.
-const TABLE_COLUMNS: usize = 4;
-
-/// A token plan's epoch as a plan-file writer or verifier reads it: the
-/// plan (order and balanced layout), its arrays and caps. Every step it
-/// deals is dealt once for all the ranks asked for.
+/// A token plan's epoch as the plan-file writer deals it: the plan (order
+/// and balanced layout), its arrays and caps (and, for the manifest, the
+/// arrays' digests).
 #[pyclass(module = "epochplan._native", frozen)]
 #[derive(Debug)]
 pub struct TokenDealer {
@@ -30,26 +29,8 @@ pub struct TokenDealer {
     world_size: u64,
 }
 
-/// One range of steps dealt: per rank its ids, lengths and loss tokens
-/// (None when they are the lengths) in dealing order, step after step; the
-/// rank's count per step (`steps x ranks`); the per-step table (`steps x
-/// 4`: `T_t`, `M`, filler id, filler length).
-type Dealt<'py> = (
-    Bound<'py, PyList>,
-    Bound<'py, PyList>,
-    Option<Bound<'py, PyList>>,
-    Bound<'py, PyArray2<i64>>,
-    Bound<'py, PyArray2<i64>>,
-);
-
-fn to_i64(value: u128, what: impl FnOnce() -> String) -> PyResult<i64> {
-    i64::try_from(value).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{} is {value}, above 2**63 - 1: a plan file cannot hold it",
-            what()
-        ))
-    })
-}
+/// `(count, bytes, blake3 hex)` of the ids files and of the token files.
+type FileLists = (Vec<(u64, u64, String)>, Vec<(u64, u64, String)>);
 
 #[pymethods]
 impl TokenDealer {
@@ -100,77 +81,57 @@ impl TokenDealer {
         Ok(self.tokens.digests(py)?.clone())
     }
 
-    /// Steps `[start, stop)` dealt to ranks `[first_rank, end_rank)` (see
-    /// the module docs for what comes back). A sample over `max_tokens` is
-    /// a ValueError naming its id and length.
-    fn steps<'py>(
+    /// Writes the epoch's token plan files (new files: per rank its ids,
+    /// offsets, lengths and loss tokens, only when there are loss tokens;
+    /// the step table) with every core, in memory that does not depend on
+    /// `N`. Returns `(count, bytes, blake3 hex)` of the ids files, rank by
+    /// rank, and of the token files in the manifest's order: the step table,
+    /// then per rank its offsets, lengths (and loss tokens).
+    #[pyo3(signature = (ids, offsets, lengths, loss_tokens, steps, *, fsync = true, progress = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn write_files(
         &self,
-        py: Python<'py>,
-        start: u64,
-        stop: u64,
-        first_rank: u64,
-        end_rank: u64,
-    ) -> PyResult<Dealt<'py>> {
-        let num_steps = self.plan.num_steps();
-        if start > stop || stop > num_steps || first_rank > end_rank || end_rank > self.world_size {
-            return Err(PyValueError::new_err(format!(
-                "steps [{start}, {stop}) of ranks [{first_rank}, {end_rank}) are not all in the \
-                 plan ({num_steps} steps, {} ranks)",
-                self.world_size
-            )));
+        py: Python<'_>,
+        ids: Vec<PathBuf>,
+        offsets: Vec<PathBuf>,
+        lengths: Vec<PathBuf>,
+        loss_tokens: Option<Vec<PathBuf>>,
+        steps: PathBuf,
+        fsync: bool,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<FileLists> {
+        if loss_tokens.is_some() != self.tokens.loss_tokens.is_some() {
+            return Err(PyValueError::new_err(
+                "loss_tokens must hold paths exactly when the plan has loss tokens",
+            ));
         }
-        let ranks = (end_rank - first_rank) as usize;
-        let steps = (stop - start) as usize;
-        let has_loss = self.tokens.loss_tokens.is_some();
-        let mut ids = vec![Vec::<i64>::new(); ranks];
-        let mut lengths = vec![Vec::<i64>::new(); ranks];
-        let mut losses = vec![Vec::<i64>::new(); if has_loss { ranks } else { 0 }];
-        let mut counts = Vec::with_capacity(steps * ranks);
-        let mut table = Vec::with_capacity(steps * TABLE_COLUMNS);
-        let (reader, loss_reader) = self.tokens.readers(py)?;
-        let loss_reader = loss_reader.as_ref().map(|l| l as &dyn SampleLengths);
-        let layout = self.plan.layout();
-        for step in start..stop {
-            let samples = self.plan.step_samples(step, &reader, loss_reader).py()?;
-            let dealing = layout
-                .deal_step(&samples, self.world_size, self.caps)
-                .py()?;
-            let filler = dealing.filler();
-            table.push(to_i64(samples.step_tokens(), || {
-                format!("the loss tokens of step {step}")
-            })?);
-            table.push(dealing.num_micro_batches() as i64);
-            table.push(samples.ids[filler]);
-            table.push(to_i64(samples.lengths[filler].into(), || {
-                format!("lengths[{}]", samples.ids[filler])
-            })?);
-            let loss = samples.loss_tokens();
-            for (k, rank) in (first_rank..end_rank).enumerate() {
-                let share = dealing.share(rank).py()?;
-                counts.push(share.len() as i64);
-                for &i in share {
-                    ids[k].push(samples.ids[i]);
-                    let id = samples.ids[i];
-                    lengths[k].push(to_i64(samples.lengths[i].into(), || {
-                        format!("lengths[{id}]")
-                    })?);
-                    if has_loss {
-                        losses[k].push(to_i64(loss[i].into(), || format!("loss_tokens[{id}]"))?);
-                    }
-                }
+        let paths = TokenPaths {
+            ids,
+            offsets,
+            lengths,
+            loss_tokens,
+            steps,
+        };
+        let guards = Guards::new(py, &self.tokens)?;
+        let (lengths, loss) = guards.slices()?;
+        let arrays = TokenArraysRef {
+            lengths: &lengths,
+            loss_tokens: loss.as_ref().map(|l| l as _),
+        };
+        let (plan, w, caps) = (&self.plan, self.world_size, self.caps);
+        let files = run_detached(py, progress, |report| {
+            planfile::write_token_files(plan, arrays, w, caps, &paths, fsync, report)
+        })?;
+        let row = |i: &FileInfo| (i.count, i.bytes, i.checksum.clone());
+        let mut token = vec![row(&files.steps)];
+        for r in 0..files.ids.len() {
+            token.push(row(&files.offsets[r]));
+            token.push(row(&files.lengths[r]));
+            if let Some(loss) = &files.loss_tokens {
+                token.push(row(&loss[r]));
             }
         }
-        let list =
-            |arrays: Vec<Vec<i64>>| PyList::new(py, arrays.into_iter().map(|a| a.into_pyarray(py)));
-        let counts = PyArray1::from_vec(py, counts).reshape([steps, ranks])?;
-        let table = PyArray1::from_vec(py, table).reshape([steps, TABLE_COLUMNS])?;
-        Ok((
-            list(ids)?,
-            list(lengths)?,
-            if has_loss { Some(list(losses)?) } else { None },
-            counts,
-            table,
-        ))
+        Ok((files.ids.iter().map(row).collect(), token))
     }
 }
 

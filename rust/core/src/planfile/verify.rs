@@ -141,17 +141,22 @@ fn stream_ids(
     }
 }
 
+/// Checks one plan file's size, header and checksum, counting its bytes in
+/// `done` and stopping when `stop` is set (for callers that run their own
+/// progress).
+pub(super) fn check_file(file: &ExpectedFile, stop: &AtomicBool, done: &AtomicU64) -> Result<()> {
+    let (mut f, mut hasher) = open_checked(file)?;
+    stream_ids(file, &mut f, &mut hasher, stop, done, |_, _| Ok(()))?;
+    finish_checksum(file, &hasher)
+}
+
 /// Checks one plan file's size, header and checksum (not its ids against a
 /// plan): what a reader checks before memory-mapping it.
 pub fn check_rank_file(file: &ExpectedFile, progress: &mut dyn FnMut(u64) -> bool) -> Result<()> {
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let (done, stop) = (&done, &stop);
-    with_progress(done, stop, progress, move || {
-        let (mut f, mut hasher) = open_checked(file)?;
-        stream_ids(file, &mut f, &mut hasher, stop, done, |_, _| Ok(()))?;
-        finish_checksum(file, &hasher)
-    })
+    with_progress(done, stop, progress, move || check_file(file, stop, done))
 }
 
 /// The BLAKE3 of a whole file, as 64 lowercase hex digits.

@@ -1,18 +1,8 @@
 """A token plan's part of the manifest: where its lengths are, their digests,
-the models and caps it was dealt under, and its token files.
-
-A token plan directory (plan-file version 3) holds, beside each rank file of
-ids (in the balanced dealing's order), what a rank needs to cut its own
-micro-batches without reading any other rank's data or the global lengths,
-each a 1-d little-endian int64 ``.npy`` file::
-
-    epoch-EEEE/steps.npy                    4 values per step: T_t, M, filler id, filler length
-    epoch-EEEE/rank-RRRRR.offsets.npy       num_steps + 1 offsets of the steps in the rank file
-    epoch-EEEE/rank-RRRRR.lengths.npy       the lengths of the rank file's ids, in its order
-    epoch-EEEE/rank-RRRRR.loss_tokens.npy   their loss tokens (only when not the lengths)
-
-:class:`TokenInfo` is that part, parsed and checked once by
-:meth:`TokenInfo.parse`.
+the models and caps it was dealt under, and its token files (laid out as
+:mod:`epochplan.planfile.tokens` describes), below the token plans' writer,
+reader and verifier. :class:`TokenInfo` is that
+part, parsed and checked once by :meth:`TokenInfo.parse`.
 """
 
 from __future__ import annotations

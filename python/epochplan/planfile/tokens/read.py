@@ -11,8 +11,8 @@ import numpy.typing as npt
 import epochplan._native as _native
 from epochplan._types import MicroBatch
 from epochplan.planfile.errors import PlanError
+from epochplan.planfile.manifest.tokens import STEP_COLUMNS, TokenInfo
 from epochplan.planfile.reader import PlanDirectory, RankFile
-from epochplan.planfile.tokens import STEP_COLUMNS, TokenInfo
 
 __all__ = ["StepRow", "TokenRankReader", "cut_micro_batches", "step_weight"]
 

@@ -22,8 +22,8 @@ from epochplan._files import read_regular
 from epochplan._native import FORMAT_VERSION
 from epochplan._spec import PlanSpec
 from epochplan.planfile.errors import PlanError, plan_os_error
+from epochplan.planfile.manifest.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
 from epochplan.planfile.space import SPACE_PLAN_FILE_VERSION, SpaceInfo
-from epochplan.planfile.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
 
 __all__ = [
     "MANIFEST",

@@ -1,0 +1,128 @@
+"""Verifying a token plan's directory in the core, an epoch at a time (see
+``planfile::verify_token_files``): besides every file's checksum and exact
+coverage, per step and rank, every micro-batch within the caps (fillers
+included), the same micro-batch count on every rank, the balance bound, and
+the stored lengths against the lengths file when it is reachable (then also
+the file's digest and every id against the dealing recomputed from it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import epochplan._native as _native
+from epochplan.planfile.errors import PlanError
+from epochplan.planfile.manifest import FileEntry
+from epochplan.planfile.manifest.tokens import ArraySource, TokenFile
+from epochplan.planfile.reader import PlanDirectory
+from epochplan.planfile.space import store_size
+
+__all__ = ["lengths_unreachable", "verify_token_plan"]
+
+
+def _open_source(source: ArraySource, num_samples: int) -> Any:
+    """The array a source names, memory-mapped; OSError or ValueError when
+    it cannot be read as recorded."""
+    if source.path is None or source.dtype is None or source.offset is None:
+        raise ValueError("the plan was written from an array in memory: no file is recorded")
+    return np.memmap(
+        source.path, dtype=np.dtype(source.dtype), mode="r", offset=source.offset,
+        shape=(num_samples,),
+    )  # fmt: skip
+
+
+def lengths_unreachable(d: PlanDirectory) -> str | None:
+    """Why a token plan's lengths (or loss tokens) file cannot be read as the
+    manifest records it, or None when it can."""
+    info = d.tokens
+    if info is None:
+        return "the plan has no lengths"
+    for source in (info.lengths, info.loss_tokens):
+        if source is None:
+            continue
+        try:
+            _open_source(source, store_size(d.space, d.num_samples))
+        except (OSError, ValueError) as e:
+            return f"{source.path or 'lengths'}: {e}"
+    return None
+
+
+def _listed(d: PlanDirectory, entry: TokenFile | FileEntry) -> tuple[str, int, int, str]:
+    return (str(d.path / entry.path), entry.count, entry.bytes, entry.blake3)
+
+
+def _digests(d: PlanDirectory, file_lengths: Any, file_loss: Any) -> tuple[str, str | None]:
+    """The digests of the lengths files, as the plan's state records them."""
+    info = d.tokens
+    assert info is not None
+    dealer = _native.TokenDealer(
+        {**d.spec.as_dict(), "epoch": d.epochs[0]},
+        d.world_size,
+        file_lengths,
+        file_loss,
+        info.cost,
+        info.loss_normalization,
+        micro_batch_size=info.micro_batch_size,
+        max_tokens=info.max_tokens,
+        space=d.space,
+    )
+    return dealer.digests()
+
+
+def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | None) -> bool:
+    """Verifies a token plan's directory (see the module docs). Returns
+    whether the stored lengths were compared with the lengths file (False
+    when it is not reachable: :func:`lengths_unreachable` says why)."""
+    info = d.tokens
+    assert info is not None
+    total = d.parsed.total_bytes
+    reachable = lengths_unreachable(d) is None
+    file_lengths = file_loss = None
+    if reachable:
+        store = store_size(d.space, d.num_samples)
+        file_lengths = _open_source(info.lengths, store)
+        if info.loss_tokens is not None:
+            file_loss = _open_source(info.loss_tokens, store)
+    done = 0
+    w = d.world_size
+    for epoch in d.epochs:
+        index = d.epoch_index(epoch)
+
+        def listed(role: str, index: int = index) -> list[tuple[str, int, int, str]]:
+            return [_listed(d, info.file(index, w, r, role)) for r in range(w)]
+
+        dealing = _native.verify_token_epoch(
+            {**d.spec.as_dict(), "epoch": epoch},
+            w,
+            [_listed(d, f) for f in d.parsed.epoch_files(index)],
+            listed("offsets"),
+            listed("lengths"),
+            listed("loss_tokens") if info.loss_tokens is not None else None,
+            _listed(d, info.file(index, w, None, "steps")),
+            directory=str(d.path),
+            cost=info.cost,
+            loss_normalization=info.loss_normalization,
+            micro_batch_size=info.micro_batch_size,
+            max_tokens=info.max_tokens,
+            space=d.space,
+            lengths=file_lengths,
+            loss_tokens=file_loss,
+        )
+        if reachable and epoch == d.epochs[0]:
+            loss_digest = None if info.loss_tokens is None else info.loss_tokens.digest
+            recorded = (info.lengths.digest, loss_digest)
+            digests = _digests(d, file_lengths, file_loss)
+            if digests != recorded:
+                raise PlanError(
+                    f"{d.path}: the lengths files' digests {digests} are not the manifest's "
+                    f"{recorded}: the files changed since the plan was written"
+                )
+        if dealing is not None:
+            raise dealing
+        done += sum(f.bytes for f in d.parsed.epoch_files(index))
+        done += sum(f.bytes for f in info.files if f.epoch == epoch)
+        if progress is not None:
+            progress(done, total)
+    return reachable

@@ -1,0 +1,97 @@
+"""Writing a token plan's files: each epoch written by the native writer
+(every step dealt once, on every core, a batch of steps at a time), the rank
+files of ids in the balanced dealing's order and, beside them, the token
+files a rank reads alone (see :mod:`epochplan.planfile.tokens`)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import epochplan._native as _native
+from epochplan._files import map_npy
+from epochplan._spec import PlanSpec
+from epochplan.planfile._checks import path_arg
+from epochplan.planfile.manifest import FileEntry, rank_file_name
+from epochplan.planfile.manifest.tokens import STEP_COLUMNS, TokenFile, token_file_name
+
+__all__ = ["array_source", "token_plan_bytes", "write_token_epoch"]
+
+_HEADER_BYTES = len(_native.npy_header(0))
+
+
+def array_source(value: Any, name: str) -> tuple[Any, str | None, str | None, int | None]:
+    """``value`` (a path to a ``.npy`` file, or an array) as an array, with
+    the file it is read from when there is one: its path (as given, made
+    absolute), dtype and the offset of its values. A path is memory-mapped;
+    an ``np.memmap`` of a whole file (not a view of one) records its file;
+    any other array records none."""
+    if isinstance(value, (str, os.PathLike)):
+        path = Path(os.path.abspath(path_arg(value, name)))
+        try:
+            array, offset = map_npy(path)
+        except OSError as e:
+            raise type(e)(e.errno, f"{name}: cannot read {str(path)!r}: {e.strerror}") from None
+        except ValueError as e:
+            raise ValueError(f"{name}: {str(path)!r} is not a .npy file of integers: {e}") from None
+        return array, str(path), array.dtype.str, offset
+    if isinstance(value, np.memmap) and isinstance(value.base, mmap.mmap) and value.filename:
+        path = Path(os.path.abspath(value.filename))
+        return value, str(path), value.dtype.str, int(value.offset)
+    return value, None, None, None
+
+
+def token_plan_bytes(
+    spec: PlanSpec, world_size: int, num_epochs: int, has_loss: bool, block: int = 1
+) -> int:
+    """About the disk a token plan takes (each file rounded up to whole
+    blocks): its ids, lengths (and loss tokens), offsets and step tables."""
+    samples = sum(spec.rank_counts(world_size))
+    steps = spec.layout().num_steps
+    per_rank_files = 3 if has_loss else 2
+    data = per_rank_files * (8 * samples + world_size * (_HEADER_BYTES + block))
+    offsets = world_size * (8 * (steps + 1) + _HEADER_BYTES + block)
+    table = 8 * len(STEP_COLUMNS) * steps + _HEADER_BYTES + block
+    return (data + offsets + table) * num_epochs
+
+
+def write_token_epoch(
+    tmp: Path,
+    epoch: int,
+    world_size: int,
+    dealer: _native.TokenDealer,
+    roles: tuple[str, ...],
+    report: Callable[[int], None] | None,
+) -> tuple[list[FileEntry], list[TokenFile]]:
+    """Writes one epoch of a token plan into ``tmp`` with the native writer
+    (every core, memory independent of the plan's size): per rank its ids in
+    dealing order and its token files of ``roles``, and the epoch's step
+    table. ``report(samples)`` is called as samples are written."""
+    ranks = range(world_size)
+
+    def paths(role: str) -> list[str]:
+        return [str(tmp / token_file_name(epoch, r, role)) for r in ranks]
+
+    ids, token = dealer.write_files(
+        [str(tmp / rank_file_name(epoch, r)) for r in ranks],
+        paths("offsets"),
+        paths("lengths"),
+        paths("loss_tokens") if "loss_tokens" in roles else None,
+        str(tmp / token_file_name(epoch, None, "steps")),
+        progress=report,
+    )
+    rank_files = [
+        FileEntry(epoch, r, rank_file_name(epoch, r), count, nbytes, digest)
+        for r, (count, nbytes, digest) in zip(ranks, ids, strict=True)
+    ]
+    names = [(None, "steps")] + [(r, role) for r in ranks for role in roles]
+    token_files = [
+        TokenFile(epoch, r, role, token_file_name(epoch, r, role), count, nbytes, digest)
+        for (r, role), (count, nbytes, digest) in zip(names, token, strict=True)
+    ]
+    return rank_files, token_files

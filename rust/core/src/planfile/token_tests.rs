@@ -1,0 +1,181 @@
+//! Tests of token plan files: written and verified by the core alone.
+
+use super::*;
+use crate::dealing::Dealing;
+use crate::order::Order;
+use crate::plan::Plan;
+use crate::tokens::{Caps, Cost, Normalization};
+use crate::{Kind, Layout};
+use std::path::{Path, PathBuf};
+
+fn token_plan(n: u64, g: u64) -> Plan {
+    let layout = Layout::new(n, g, false, 0)
+        .and_then(|l| {
+            l.with_dealing(
+                Dealing::Balanced { cost: Cost::Tokens },
+                Normalization::Tokens,
+            )
+        })
+        .unwrap();
+    Plan::from_parts(layout, Order::new(n, 7, 2, Kind::Cipher).unwrap()).unwrap()
+}
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let path = std::env::temp_dir().join(format!(
+            "epochplan-core-tokens-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Dir(path)
+    }
+
+    fn paths(&self, w: usize) -> TokenPaths {
+        let rank = |role: &str| -> Vec<PathBuf> {
+            (0..w)
+                .map(|r| self.0.join(format!("rank-{r}.{role}.npy")))
+                .collect()
+        };
+        TokenPaths {
+            ids: rank("ids"),
+            offsets: rank("offsets"),
+            lengths: rank("lengths"),
+            loss_tokens: None,
+            steps: self.0.join("steps.npy"),
+        }
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn expected(paths: &[PathBuf], infos: &[FileInfo]) -> Vec<ExpectedFile> {
+    paths
+        .iter()
+        .zip(infos)
+        .enumerate()
+        .map(|(r, (path, i))| ExpectedFile {
+            path: path.clone(),
+            rank: r as u64,
+            count: i.count,
+            bytes: i.bytes,
+            checksum: i.checksum.clone(),
+        })
+        .collect()
+}
+
+fn epoch_files(paths: &TokenPaths, files: &TokenFiles) -> TokenEpochFiles {
+    TokenEpochFiles {
+        ids: expected(&paths.ids, &files.ids),
+        offsets: expected(&paths.offsets, &files.offsets),
+        lengths: expected(&paths.lengths, &files.lengths),
+        loss_tokens: None,
+        steps: expected(
+            std::slice::from_ref(&paths.steps),
+            std::slice::from_ref(&files.steps),
+        )
+        .remove(0),
+    }
+}
+
+fn values(path: &Path) -> Vec<i64> {
+    let bytes = std::fs::read(path).unwrap();
+    let header = npy_header(0).len();
+    bytes[header..]
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn written_files_hold_every_steps_dealing_and_verify() {
+    let (n, g, w) = (5000u64, 64u64, 3usize);
+    let lengths: Vec<u32> = (0..n).map(|i| (i * 7919 % 97 + 1) as u32).collect();
+    let arrays = TokenArraysRef {
+        lengths: &lengths.as_slice(),
+        loss_tokens: None,
+    };
+    let plan = token_plan(n, g);
+    let caps = Caps::new(None, Some(300)).unwrap();
+    let dir = Dir::new("roundtrip");
+    let paths = dir.paths(w);
+    let files =
+        write_token_files(&plan, arrays, w as u64, caps, &paths, false, &mut |_| true).unwrap();
+    // Rank by rank, the files are the steps' dealing in order.
+    let mut ids = vec![Vec::new(); w];
+    let mut offsets = vec![vec![0i64]; w];
+    let mut table = Vec::new();
+    for step in 0..plan.num_steps() {
+        let dealt = deal_token_step(&plan, arrays, w as u64, caps, step).unwrap();
+        table.extend(dealt.row);
+        for r in 0..w {
+            ids[r].extend_from_slice(dealt.of(&dealt.ids, r));
+            offsets[r].push(ids[r].len() as i64);
+        }
+    }
+    for r in 0..w {
+        assert_eq!(values(&paths.ids[r]), ids[r]);
+        assert_eq!(values(&paths.offsets[r]), offsets[r]);
+        let want: Vec<i64> = ids[r]
+            .iter()
+            .map(|&i| i64::from(lengths[i as usize]))
+            .collect();
+        assert_eq!(values(&paths.lengths[r]), want);
+        assert_eq!(files.ids[r].checksum, file_checksum(&paths.ids[r]).unwrap());
+    }
+    assert_eq!(values(&paths.steps), table);
+    let check = TokenCheck {
+        plan: &plan,
+        world_size: w as u64,
+        caps,
+        cost: Cost::Tokens,
+        dir: &dir.0,
+        epoch: 2,
+    };
+    let listed = epoch_files(&paths, &files);
+    let found = verify_token_files(check, &listed, Some(arrays), &mut |_| true).unwrap();
+    assert!(found.is_none());
+    // Other lengths: the stored ones differ from them.
+    let other: Vec<u32> = lengths.iter().map(|&l| l + 1).collect();
+    let other = TokenArraysRef {
+        lengths: &other.as_slice(),
+        loss_tokens: None,
+    };
+    let err = verify_token_files(check, &listed, Some(other), &mut |_| true).unwrap_err();
+    assert!(err.to_string().contains("the lengths file has"), "{err}");
+}
+
+#[test]
+fn a_sample_over_the_cap_is_the_error_of_the_first_step_holding_one() {
+    // Steps are dealt in parallel: the error is still the first step's.
+    let (n, g) = (40_000u64, 50u64);
+    let plan = token_plan(n, g);
+    let mut lengths = vec![1u16; n as usize];
+    let late: Vec<i64> = (700..plan.num_steps())
+        .step_by(37)
+        .map(|t| plan.step_ids(t).unwrap()[0])
+        .collect();
+    for &id in &late {
+        lengths[id as usize] = 100;
+    }
+    let arrays = TokenArraysRef {
+        lengths: &lengths.as_slice(),
+        loss_tokens: None,
+    };
+    let dir = Dir::new("oversize");
+    let caps = Caps::new(None, Some(50)).unwrap();
+    let err =
+        write_token_files(&plan, arrays, 4, caps, &dir.paths(4), false, &mut |_| true).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("lengths[{}] must be <= max_tokens", late[0]))
+            && err.to_string().contains("step 700 fits"),
+        "{err}"
+    );
+}

@@ -1,0 +1,581 @@
+//! Verifying a token plan's epoch: every file's header, size and checksum
+//! (files in parallel), the step offsets of every rank, then a batch of
+//! steps at a time (steps in parallel) each step's coverage, stored
+//! lengths, step table, micro-batch caps and counts and the balance bound,
+//! and, when the lengths are given, the stored values against them and
+//! every id against the dealing recomputed from them. Memory holds one
+//! batch of steps, whatever `N`.
+
+use super::tokens::{deal_token_step, first_error, DealtStep, TokenArraysRef, STEP_COLUMNS};
+use super::verify::{check_file, ExpectedFile};
+use super::write::{interrupted, with_progress};
+use crate::error::{Error, Result};
+use crate::parallel;
+use crate::plan::Plan;
+use crate::tokens::{cut_share, Caps, Cost};
+use rayon::prelude::*;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Steps whose recomputed dealing is compared at once: a mismatch names
+/// the range it falls in (as the writer deals it).
+pub const DEALING_RANGE_SAMPLES: u64 = 1 << 18;
+/// Dealing ranges read and checked per batch.
+const RANGES_PER_BATCH: u64 = 2;
+
+/// An epoch's token plan files as its manifest lists them.
+#[derive(Debug, Clone)]
+pub struct TokenEpochFiles {
+    /// Per rank, its ids file.
+    pub ids: Vec<ExpectedFile>,
+    /// Per rank, its offsets file.
+    pub offsets: Vec<ExpectedFile>,
+    /// Per rank, its lengths file.
+    pub lengths: Vec<ExpectedFile>,
+    /// Per rank, its loss tokens file (only when they are not the lengths).
+    pub loss_tokens: Option<Vec<ExpectedFile>>,
+    /// The step table.
+    pub steps: ExpectedFile,
+}
+
+/// What an epoch's verification checks against.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenCheck<'a> {
+    /// The balanced plan of the epoch.
+    pub plan: &'a Plan,
+    /// Its ranks.
+    pub world_size: u64,
+    /// Its micro-batch caps.
+    pub caps: Caps,
+    /// Its cost model (the balance bound).
+    pub cost: Cost,
+    /// The plan directory and the epoch, as errors name them.
+    pub dir: &'a Path,
+    /// The epoch.
+    pub epoch: u64,
+}
+
+/// The values of `count` int64s from index `start` of a checked file.
+fn read_values(file: &ExpectedFile, start: u64, count: u64) -> Result<Vec<i64>> {
+    let path = &file.path;
+    let header = file.bytes - 8 * file.count;
+    let mut f = File::open(path).map_err(|e| Error::io(path, "cannot open", &e))?;
+    f.seek(SeekFrom::Start(header + 8 * start))
+        .map_err(|e| Error::io(path, "cannot read", &e))?;
+    let mut bytes = vec![0u8; 8 * count as usize];
+    f.read_exact(&mut bytes)
+        .map_err(|e| Error::io(path, "cannot read", &e))?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .collect())
+}
+
+/// A float as Python prints it (`12.0`, not `12`).
+fn py_float(x: f64) -> String {
+    if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e16 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
+}
+
+fn py_opt(x: Option<u64>) -> String {
+    x.map_or_else(|| "None".to_string(), |v| v.to_string())
+}
+
+/// One rank's stored share of a step: ids, lengths, loss tokens (None:
+/// the lengths).
+type Share = (Vec<i64>, Vec<i64>, Option<Vec<i64>>);
+
+/// One step's stored shares, rank by rank.
+struct Stored {
+    row: [i64; STEP_COLUMNS],
+    /// Per rank: ids, lengths, loss tokens (None: the lengths).
+    shares: Vec<Share>,
+}
+
+/// What recomputing one step's dealing found: an error dealing it, or
+/// whether its table row differs and the first rank whose ids differ. It is
+/// reported after every step's own checks (as a range of steps).
+#[derive(Default)]
+struct StepFinding {
+    error: Option<Error>,
+    table_differs: bool,
+    bad_rank: Option<usize>,
+}
+
+impl StepFinding {
+    fn any(&self) -> bool {
+        self.error.is_some() || self.table_differs || self.bad_rank.is_some()
+    }
+}
+
+impl TokenCheck<'_> {
+    fn at(&self, step: u64, what: impl std::fmt::Display) -> Error {
+        Error::plan_file(
+            self.dir,
+            format!("epoch {}, step {step}: {what}", self.epoch),
+        )
+    }
+
+    fn at_rank(&self, step: u64, rank: usize, what: impl std::fmt::Display) -> Error {
+        Error::plan_file(
+            self.dir,
+            format!("epoch {}, step {step}, rank {rank}: {what}", self.epoch),
+        )
+    }
+
+    /// The checks of one stored step that need no lengths file.
+    fn check_step(&self, step: u64, s: &Stored) -> Result<()> {
+        let [t, m, filler, filler_length] = s.row;
+        let mut ids: Vec<i64> = s.shares.iter().flat_map(|x| x.0.iter().copied()).collect();
+        let lengths: Vec<i64> = s.shares.iter().flat_map(|x| x.1.iter().copied()).collect();
+        let mut want = self.plan.step_ids(step)?;
+        let order_ids = ids.clone();
+        ids.sort_unstable();
+        want.sort_unstable();
+        if ids != want {
+            return Err(self.at(step, "the ranks' ids are not exactly the step's samples"));
+        }
+        if lengths.iter().any(|&l| l < 0) {
+            return Err(self.at(step, "a stored length is negative"));
+        }
+        let loss_total: i128 = s
+            .shares
+            .iter()
+            .flat_map(|x| x.2.as_ref().unwrap_or(&x.1).iter())
+            .map(|&v| i128::from(v))
+            .sum();
+        if loss_total != i128::from(t) {
+            return Err(self.at(
+                step,
+                format!("the step table says T_t = {t}, the stored loss tokens {loss_total}"),
+            ));
+        }
+        let shortest = lengths.iter().copied().min().unwrap_or(0);
+        let found = order_ids.iter().position(|&id| id == filler);
+        if filler_length != shortest || found.is_none_or(|i| lengths[i] != filler_length) {
+            return Err(self.at(
+                step,
+                format!(
+                    "the filler is sample {filler} of length {filler_length}, not one of the \
+                     step's shortest samples (length {shortest})"
+                ),
+            ));
+        }
+        let (b, cap) = (self.caps.micro_batch_size(), self.caps.max_tokens());
+        if cap.is_some_and(|c| filler_length as u64 > c) {
+            return Err(self.at(
+                step,
+                format!(
+                    "the filler holds {filler_length} tokens, over max_tokens {}",
+                    py_opt(cap)
+                ),
+            ));
+        }
+        let m_cut = m.max(1) as u64;
+        let mut runs_max = 0;
+        for (r, (_, share, _)) in s.shares.iter().enumerate() {
+            let share: Vec<u64> = share.iter().map(|&l| l as u64).collect();
+            let cuts = cut_share(&share, self.caps, m_cut)?;
+            runs_max = runs_max.max(cuts.runs);
+            let mut start = 0;
+            for (k, &end) in cuts.ends.iter().enumerate() {
+                let tokens: u128 = share[start..end].iter().map(|&l| u128::from(l)).sum();
+                let count = (end - start) as u64;
+                let over_tokens = cap.is_some_and(|c| tokens > u128::from(c));
+                if over_tokens || b.is_some_and(|b| count > b) {
+                    return Err(self.at_rank(
+                        step,
+                        r,
+                        format!(
+                            "micro-batch {k} holds {count} samples and {tokens} tokens, over \
+                             the caps (micro_batch_size={}, max_tokens={})",
+                            py_opt(b),
+                            py_opt(cap)
+                        ),
+                    ));
+                }
+                start = end;
+            }
+            if cuts.ends.len() as i64 > m {
+                return Err(self.at_rank(
+                    step,
+                    r,
+                    format!(
+                        "has {} micro-batches, the other ranks {m}: every rank must have the \
+                         same count",
+                        cuts.ends.len()
+                    ),
+                ));
+            }
+        }
+        let made = runs_max.max(1) as i64;
+        if m != made {
+            return Err(self.at(
+                step,
+                format!("the step table says {m} micro-batches, the step's shares make {made}"),
+            ));
+        }
+        self.check_balance(step, s)
+    }
+
+    fn check_balance(&self, step: u64, s: &Stored) -> Result<()> {
+        let w = self.world_size;
+        let empty = w > s.shares.len() as u64;
+        match self.cost {
+            Cost::Tokens => {
+                let loads = s
+                    .shares
+                    .iter()
+                    .map(|x| x.1.iter().map(|&l| l as u128).sum::<u128>());
+                let (mut lo, mut hi) = (if empty { 0 } else { u128::MAX }, 0u128);
+                for load in loads {
+                    lo = lo.min(load);
+                    hi = hi.max(load);
+                }
+                let largest = s.shares.iter().flat_map(|x| x.1.iter()).max();
+                let largest = largest.map_or(0, |&l| l as u128);
+                if hi.saturating_sub(lo) > largest {
+                    return Err(self.spread_error(
+                        step,
+                        (hi - lo).to_string(),
+                        largest.to_string(),
+                    ));
+                }
+            }
+            Cost::Quadratic { .. } => {
+                let loads: Vec<f64> = s
+                    .shares
+                    .iter()
+                    .map(|x| x.1.iter().map(|&l| self.cost.of(l as u64)).sum::<f64>())
+                    .chain(empty.then_some(0.0))
+                    .collect();
+                let hi = loads.iter().copied().fold(f64::MIN, f64::max);
+                let lo = loads.iter().copied().fold(f64::MAX, f64::min);
+                let largest = s
+                    .shares
+                    .iter()
+                    .flat_map(|x| x.1.iter())
+                    .map(|&l| self.cost.of(l as u64))
+                    .fold(0.0, f64::max);
+                if hi - lo > largest + 1e-9 * hi {
+                    return Err(self.spread_error(step, py_float(hi - lo), py_float(largest)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn spread_error(&self, step: u64, spread: String, largest: String) -> Error {
+        self.at(
+            step,
+            format!(
+                "the ranks' costs spread by {spread}, more than the step's largest single cost \
+                 {largest} (the balance bound)"
+            ),
+        )
+    }
+
+    /// The stored lengths and loss tokens against the arrays'.
+    fn compare(&self, step: u64, s: &Stored, arrays: TokenArraysRef<'_>) -> Result<()> {
+        for (r, (ids, lengths, loss)) in s.shares.iter().enumerate() {
+            for (name, stored, values) in [
+                ("lengths", Some(lengths), Some(arrays.lengths)),
+                ("loss_tokens", loss.as_ref(), arrays.loss_tokens),
+            ] {
+                let (Some(stored), Some(values)) = (stored, values) else {
+                    continue;
+                };
+                let mut actual = Vec::with_capacity(ids.len());
+                values.read(name, ids, &mut actual)?;
+                if let Some(i) = (0..ids.len()).find(|&i| actual[i] as i128 != stored[i] as i128) {
+                    return Err(self.at_rank(
+                        step,
+                        r,
+                        format!(
+                            "the stored {name} of sample {} is {}, the {name} file has {}",
+                            ids[i], stored[i], actual[i]
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored step against the dealing recomputed from the arrays.
+    fn against_dealing(&self, step: u64, s: &Stored, arrays: TokenArraysRef<'_>) -> StepFinding {
+        let dealt: DealtStep =
+            match deal_token_step(self.plan, arrays, self.world_size, self.caps, step) {
+                Ok(dealt) => dealt,
+                Err(error) => {
+                    return StepFinding {
+                        error: Some(error),
+                        ..StepFinding::default()
+                    }
+                }
+            };
+        let bad_rank = s
+            .shares
+            .iter()
+            .enumerate()
+            .find(|(r, x)| dealt.of(&dealt.ids, *r) != x.0.as_slice())
+            .map(|(r, _)| r);
+        StepFinding {
+            error: None,
+            table_differs: dealt.row != s.row,
+            bad_rank,
+        }
+    }
+}
+
+fn check_lengths(files: &TokenEpochFiles, world_size: u64) -> Result<()> {
+    let w = world_size as usize;
+    let n = [
+        files.ids.len(),
+        files.offsets.len(),
+        files.lengths.len(),
+        files.loss_tokens.as_ref().map_or(w, Vec::len),
+    ];
+    if n.iter().any(|&k| k != w) {
+        return Err(Error::Value(format!(
+            "files must list one file per rank ({world_size}) for every role, got {n:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Verifies one epoch of a token plan (see the module docs). Returns the
+/// error of the recomputed dealing, when the lengths are given and it
+/// differs from the stored one: the caller checks the lengths' digests
+/// before it (a changed lengths file explains it better).
+pub fn verify_token_files(
+    check: TokenCheck<'_>,
+    files: &TokenEpochFiles,
+    arrays: Option<TokenArraysRef<'_>>,
+    progress: &mut dyn FnMut(u64) -> bool,
+) -> Result<Option<Error>> {
+    check_lengths(files, check.world_size)?;
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let (done, stop) = (&done, &stop);
+    with_progress(done, stop, progress, move || {
+        verify_epoch(check, files, arrays, done, stop)
+    })
+}
+
+fn verify_epoch(
+    check: TokenCheck<'_>,
+    files: &TokenEpochFiles,
+    arrays: Option<TokenArraysRef<'_>>,
+    done: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<Option<Error>> {
+    let w = check.world_size as usize;
+    // Every file's checksum first, reported in the order files are opened:
+    // ids, lengths, loss tokens, offsets, the step table.
+    let all: Vec<&ExpectedFile> = files
+        .ids
+        .iter()
+        .chain(&files.lengths)
+        .chain(files.loss_tokens.iter().flatten())
+        .chain(&files.offsets)
+        .chain([&files.steps])
+        .collect();
+    parallel::install(|| {
+        all.par_iter()
+            .map(|f| check_file(f, stop, done))
+            .collect::<Vec<_>>()
+    })
+    .and_then(first_error)?;
+    let num_steps = check.plan.num_steps();
+    if files.steps.count != STEP_COLUMNS as u64 * num_steps {
+        return Err(Error::plan_file(
+            &files.steps.path,
+            format!(
+                "holds {} values, the plan's {num_steps} steps need {}",
+                files.steps.count,
+                STEP_COLUMNS as u64 * num_steps
+            ),
+        ));
+    }
+    // The offsets: an increasing cut of each rank file.
+    for r in 0..w {
+        let offsets = &files.offsets[r];
+        let count = files.ids[r].count as i64;
+        let bad = || {
+            Error::plan_file(
+                check.dir,
+                format!(
+                    "epoch {}, rank {r}: the step offsets are not an increasing cut of the rank \
+                     file's {count} ids",
+                    check.epoch
+                ),
+            )
+        };
+        if offsets.count != num_steps + 1 {
+            return Err(bad());
+        }
+        let mut previous = 0i64;
+        let mut index = 0u64;
+        while index < offsets.count {
+            let len = (offsets.count - index).min(1 << 20);
+            let values = read_values(offsets, index, len)?;
+            for (k, &v) in values.iter().enumerate() {
+                let first = index == 0 && k == 0;
+                if (first && v != 0) || v < previous {
+                    return Err(bad());
+                }
+                previous = v;
+            }
+            index += len;
+        }
+        if previous != count {
+            return Err(bad());
+        }
+    }
+    let per_range = (DEALING_RANGE_SAMPLES / check.plan.layout().global_batch_size().max(1)).max(1);
+    // Whole ranges per batch: a range's findings are all in one batch.
+    let per_batch = per_range * RANGES_PER_BATCH;
+    let mut dealing_error: Option<(u64, Error)> = None;
+    let mut start = 0;
+    while start < num_steps {
+        if stop.load(Ordering::Relaxed) {
+            return Err(interrupted());
+        }
+        let end = num_steps.min(start + per_batch);
+        let stored = read_batch(files, w, start, end)?;
+        let mut findings = parallel::install(|| {
+            stored
+                .par_iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let step = start + k as u64;
+                    check.check_step(step, s)?;
+                    match arrays {
+                        Some(a) => {
+                            check.compare(step, s, a)?;
+                            Ok(check.against_dealing(step, s, a))
+                        }
+                        None => Ok(StepFinding::default()),
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .and_then(first_error)?;
+        if dealing_error.is_none() {
+            dealing_error =
+                dealing_mismatch(check, start, end, per_range, num_steps, &mut findings);
+        }
+        start = end;
+    }
+    Ok(dealing_error.map(|(_, e)| e))
+}
+
+/// The first range (of `per_range` steps from 0) holding a step of
+/// `[start, end)` whose recomputed dealing differs, and its error.
+fn dealing_mismatch(
+    check: TokenCheck<'_>,
+    start: u64,
+    end: u64,
+    per_range: u64,
+    num_steps: u64,
+    findings: &mut [StepFinding],
+) -> Option<(u64, Error)> {
+    let first = (start..end).find(|&t| findings[(t - start) as usize].any())?;
+    let range_start = first / per_range * per_range;
+    let range_end = num_steps.min(range_start + per_range);
+    // Batches hold whole ranges. A range is dealt first (its first error),
+    // then its table compared, then its ids.
+    let steps = range_start.max(start)..range_end.min(end);
+    if let Some(t) = steps
+        .clone()
+        .find(|&t| findings[(t - start) as usize].error.is_some())
+    {
+        let error = findings[(t - start) as usize].error.take()?;
+        return Some((range_start, error));
+    }
+    let in_range = |t: u64| &findings[(t - start) as usize];
+    let table = steps.clone().any(|t| in_range(t).table_differs);
+    let where_ = format!("epoch {}", check.epoch);
+    if table {
+        return Some((
+            range_start,
+            Error::plan_file(
+                check.dir,
+                format!(
+                    "{where_}: the step table of steps [{range_start}, {range_end}) differs \
+                     from the one the lengths give"
+                ),
+            ),
+        ));
+    }
+    let rank = steps.filter_map(|t| in_range(t).bad_rank).min()?;
+    Some((
+        range_start,
+        Error::plan_file(
+            check.dir,
+            format!(
+                "{where_}, rank {rank}: the ids of steps [{range_start}, {range_end}) are not \
+                 the balanced dealing of the lengths"
+            ),
+        ),
+    ))
+}
+
+/// Steps `[start, end)` as stored: the table rows and every rank's shares.
+fn read_batch(files: &TokenEpochFiles, w: usize, start: u64, end: u64) -> Result<Vec<Stored>> {
+    let n = (end - start) as usize;
+    let table = read_values(
+        &files.steps,
+        start * STEP_COLUMNS as u64,
+        n as u64 * STEP_COLUMNS as u64,
+    )?;
+    let per_rank = parallel::install(|| {
+        (0..w)
+            .into_par_iter()
+            .map(|r| {
+                let offsets = read_values(&files.offsets[r], start, n as u64 + 1)?;
+                let (a, b) = (offsets[0] as u64, offsets[n] as u64);
+                let ids = read_values(&files.ids[r], a, b - a)?;
+                let lengths = read_values(&files.lengths[r], a, b - a)?;
+                let loss = match &files.loss_tokens {
+                    Some(l) => Some(read_values(&l[r], a, b - a)?),
+                    None => None,
+                };
+                Ok((offsets, ids, lengths, loss))
+            })
+            .collect::<Vec<Result<_>>>()
+    })
+    .and_then(first_error)?;
+    let mut stored: Vec<Stored> = (0..n)
+        .map(|k| Stored {
+            row: [
+                table[STEP_COLUMNS * k],
+                table[STEP_COLUMNS * k + 1],
+                table[STEP_COLUMNS * k + 2],
+                table[STEP_COLUMNS * k + 3],
+            ],
+            shares: Vec::with_capacity(w),
+        })
+        .collect();
+    for (offsets, ids, lengths, loss) in &per_rank {
+        let base = offsets[0];
+        for (k, s) in stored.iter_mut().enumerate() {
+            let (a, b) = (
+                (offsets[k] - base) as usize,
+                (offsets[k + 1] - base) as usize,
+            );
+            s.shares.push((
+                ids[a..b].to_vec(),
+                lengths[a..b].to_vec(),
+                loss.as_ref().map(|l| l[a..b].to_vec()),
+            ));
+        }
+    }
+    Ok(stored)
+}

@@ -1,0 +1,105 @@
+//! A token plan's numpy arrays as plain slices, for work done without the
+//! GIL on every core: each array is borrowed read-only (contiguous; a
+//! strided array is copied once) for as long as its guard lives.
+
+use crate::lengths::TokenArrays;
+use epochplan_core::dealing::SampleLengths;
+use epochplan_core::Result;
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+macro_rules! dtypes {
+    ($($variant:ident: $t:ty),*) => {
+        /// A read-only borrow of a numpy array of one integer dtype.
+        pub enum Guard<'py> {
+            $(
+                #[allow(missing_docs)]
+                $variant(PyReadonlyArray1<'py, $t>),
+            )*
+        }
+
+        /// An array's values, borrowed from its [`Guard`].
+        #[derive(Debug, Clone, Copy)]
+        pub enum Slice<'a> {
+            $(
+                #[allow(missing_docs)]
+                $variant(&'a [$t]),
+            )*
+        }
+
+        impl<'py> Guard<'py> {
+            /// A borrow of `array` (contiguous: else a contiguous copy).
+            pub fn new(array: &Bound<'py, PyUntypedArray>, name: &str) -> PyResult<Guard<'py>> {
+                let array = if array.is_contiguous() {
+                    array.clone()
+                } else {
+                    array
+                        .py()
+                        .import("numpy")?
+                        .call_method1("ascontiguousarray", (array,))?
+                        .cast_into::<PyUntypedArray>()?
+                };
+                $(
+                    if let Ok(typed) = array.cast::<PyArray1<$t>>() {
+                        return Ok(Guard::$variant(typed.try_readonly()?));
+                    }
+                )*
+                Err(PyTypeError::new_err(format!("{name} must be an array of integers")))
+            }
+
+            /// The borrowed values.
+            pub fn slice(&self) -> PyResult<Slice<'_>> {
+                match self {
+                    $(Guard::$variant(a) => Ok(Slice::$variant(a.as_slice()?)),)*
+                }
+            }
+        }
+
+        impl SampleLengths for Slice<'_> {
+            fn num_samples(&self) -> u64 {
+                match self {
+                    $(Slice::$variant(s) => s.len() as u64,)*
+                }
+            }
+
+            fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+                match self {
+                    $(Slice::$variant(s) => s.read(name, ids, out),)*
+                }
+            }
+        }
+    };
+}
+
+dtypes!(I64: i64, I32: i32, U32: u32, U64: u64, I16: i16, U16: u16, I8: i8, U8: u8);
+
+/// The guards of a plan's lengths and loss tokens.
+pub struct Guards<'py> {
+    lengths: Guard<'py>,
+    loss_tokens: Option<Guard<'py>>,
+}
+
+impl<'py> Guards<'py> {
+    /// Borrows `tokens`' arrays (as given: no cut to a `max_length`).
+    pub fn new(py: Python<'py>, tokens: &TokenArrays) -> PyResult<Guards<'py>> {
+        let lengths = Guard::new(tokens.lengths.bind(py), "lengths")?;
+        let loss_tokens = match &tokens.loss_tokens {
+            Some(l) => Some(Guard::new(l.bind(py), "loss_tokens")?),
+            None => None,
+        };
+        Ok(Guards {
+            lengths,
+            loss_tokens,
+        })
+    }
+
+    /// The borrowed lengths and loss tokens.
+    pub fn slices(&self) -> PyResult<(Slice<'_>, Option<Slice<'_>>)> {
+        let loss = match &self.loss_tokens {
+            Some(g) => Some(g.slice()?),
+            None => None,
+        };
+        Ok((self.lengths.slice()?, loss))
+    }
+}
