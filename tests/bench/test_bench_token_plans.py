@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benches" / "bench_token_plans.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benches" / "bench_token_plans.py"
 
 
 def test_plain_and_token_plans_run_side_by_side(tmp_path: Path) -> None:
