@@ -11,13 +11,13 @@ from typing import Any
 
 from epochplan._files import map_npy
 from epochplan._native import KINDS
-from epochplan._space_spec import load_space
-from epochplan.bench import check_writable, plot, replace_with, size_text, table
+from epochplan._space_spec import load_space, store_size
+from epochplan.bench import check_writable, plot, replace_with, table
 from epochplan.bench import run as run_cases
 from epochplan.bench.cases import CASES
 from epochplan.bench.job import Job, job_cases
+from epochplan.bench.results import load, save, start
 from epochplan.cli.arguments import Help, UsageError, check_npy_file, path, positive
-from epochplan.planfile.space import store_size
 
 BENCH_HELP = """\
 Time our implementations against every installed peer, side by side: numpy
@@ -33,6 +33,8 @@ same thing; N is the file's length, else --sizes.
 examples:
   epochplan bench
   epochplan bench --sizes 1e6 1e7 --repeats 5 --out report.md --plot report.png
+  epochplan bench --results results.json
+  epochplan bench --from-results results.json --out report.md --plot report.png
   epochplan bench --world-size 64 --global-batch-size 1024 --sizes 1e8
   epochplan bench --world-size 8 --lengths lengths.npy --max-tokens 16384
 """
@@ -77,6 +79,20 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help="write a log-log plot of time against N (PNG)",
+    )
+    p.add_argument(
+        "--results",
+        type=path,
+        default=None,
+        metavar="FILE",
+        help="write every measurement and the run's context here (JSON)",
+    )
+    p.add_argument(
+        "--from-results",
+        type=path,
+        default=None,
+        metavar="FILE",
+        help="run nothing: the table and plot of a --results file",
     )
     p.add_argument(
         "--filter",
@@ -141,10 +157,41 @@ def _job(args: argparse.Namespace) -> tuple[Job | None, list[int]]:
 def run(args: argparse.Namespace) -> int:
     """Runs the benchmark for parsed ``args``."""
     # Checked before the run, so that it is not lost to a bad path at the end.
-    for flag, file in (("--out", args.out), ("--plot", args.plot)):
+    for flag, file in (("--out", args.out), ("--plot", args.plot), ("--results", args.results)):
         if file is not None:
             check_writable(flag, file)
-    t0 = time.perf_counter()
+    if args.from_results is not None:
+        if args.results is not None:
+            raise UsageError("--results and --from-results exclude each other")
+        try:
+            context, results = load(args.from_results)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    else:
+        context = start(args.argv)
+        t0 = time.perf_counter()
+        job, results = _measure(args)
+        context.job = "" if job is None else job.describe()
+        context.seconds = round(time.perf_counter() - t0, 1)
+        context.load_end = [round(x, 2) for x in os.getloadavg()]
+        if args.results is not None:
+            save(args.results, context, results)
+            print(f"wrote {args.results}", file=sys.stderr)
+    repeats = max((len(r.seconds) for r in results), default=0)
+    md = table(results, repeats) + f"\n{context.describe()}.\n"
+    if args.out is not None:
+        replace_with(args.out, "--out", lambda tmp: tmp.write_text(md))
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(md)
+    if args.plot is not None:
+        print(plot(results, args.plot), file=sys.stderr)
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> tuple[Job | None, list[Any]]:
+    """The user's job, if any, and every selected case at every size (the
+    Results)."""
     log = open(os.devnull, "w") if args.quiet else sys.stderr  # noqa: SIM115
     try:
         job, sizes = _job(args)
@@ -155,24 +202,7 @@ def run(args: argparse.Namespace) -> int:
         ]
         if not cases:
             raise ValueError(f"--filter {args.filter!r} matches no case")
-        results = run_cases(sizes, args.repeats, float(args.timeout), log, cases)
+        return job, run_cases(sizes, args.repeats, float(args.timeout), log, cases)
     finally:
         if args.quiet:
             log.close()
-    md = table(results, args.repeats)
-    cpu = os.cpu_count()
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    md += (
-        f"\n{cpu} CPUs; `epochplan bench --sizes {' '.join(size_text(n) for n in sizes)} "
-        f"--repeats {args.repeats}`{'' if job is None else ' for ' + job.describe()}; "
-        f"{time.perf_counter() - t0:.0f} s in all; load average "
-        f"{load} at the end.\n"
-    )
-    if args.out is not None:
-        replace_with(args.out, "--out", lambda tmp: tmp.write_text(md))
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        print(md)
-    if args.plot is not None:
-        print(plot(results, args.plot), file=sys.stderr)
-    return 0

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         with _UnwindOnTermination() as raise_dropped:
             parser = build_parser()
             args = parser.parse_args(argv)
+            args.argv = sys.argv[1:] if argv is None else list(argv)  # as given, for reports
             raise_dropped()
             if args.command is None:
                 parser.print_help()

@@ -1,0 +1,140 @@
+"""The results file of ``epochplan bench`` (``--results FILE``): one run's
+measurements and where they were taken, as JSON, so that tables and plots
+are rendered from it later (``--from-results FILE``) instead of being
+copied by hand.
+
+The file holds every run of every case (seconds and peak bytes), each case's
+group, name, note and whether it is ours, and the run's context: the
+command, the machine (processor, CPUs, memory), the epochplan version, the
+date, the load averages at the start and end and the time in all. A case is
+rendered from what the file says of it, so a file stays readable after the
+cases change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epochplan.bench.cases import Case
+
+#: The version of the results file's layout.
+FORMAT = 1
+
+
+@dataclass
+class Context:
+    """Where and how a benchmark run was taken."""
+
+    command: str
+    machine: str
+    epochplan: str
+    date: str
+    load_start: list[float]
+    load_end: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    #: The user's job the run timed (``--world-size`` ...), if any.
+    job: str = ""
+
+    def describe(self) -> str:
+        """One line for the foot of a table."""
+        load = " ".join(f"{x:.2f}" for x in self.load_end)
+        job = f" for {self.job}" if self.job else ""
+        return (
+            f"{self.machine}; `{self.command}`{job}; epochplan {self.epochplan}, {self.date}; "
+            f"{self.seconds:.0f} s in all; load average {load} at the end"
+        )
+
+
+def machine() -> str:
+    """The processor, the CPUs this process may use and the memory."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        mem = f", {memory / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        mem = ""
+    return f"{cpu}, {cpus} CPUs{mem}"
+
+
+def start(argv: list[str]) -> Context:
+    """The context of a run that starts now with the command line ``argv``."""
+    from epochplan import __version__
+
+    return Context(
+        command=shlex.join(["epochplan", *argv]),
+        machine=machine(),
+        epochplan=__version__,
+        date=time.strftime("%Y-%m-%d", time.gmtime()),
+        load_start=[round(x, 2) for x in os.getloadavg()],
+    )
+
+
+def save(path: Path, context: Context, results: list[Any]) -> None:
+    """Writes ``results`` (bench Results) and ``context`` to ``path`` (whole
+    or not at all)."""
+    from epochplan.bench import replace_with
+
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "context": asdict(context),
+        "results": [
+            {
+                "group": r.case.group,
+                "name": r.case.name,
+                "note": r.case.note,
+                "ours": r.case.ours,
+                "n": r.n,
+                "seconds": r.seconds,
+                "peaks": r.peaks,
+                "skip": r.skip,
+            }
+            for r in results
+        ],
+    }
+    # One line a result: the file reads as a table and diffs by row.
+    rows = ",\n  ".join(json.dumps(r) for r in doc.pop("results"))
+    head = json.dumps(doc, indent=1)[:-2]
+    text = f'{head},\n "results": [\n  {rows}\n ]\n}}\n'
+    replace_with(path, "--results", lambda tmp: tmp.write_text(text))
+
+
+def load(path: Path) -> tuple[Context, list[Any]]:
+    """The context and the Results of a results file; ValueError naming
+    the file when it is not one."""
+    from epochplan.bench import Result
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+        context = Context(**doc["context"])
+        results = []
+        for row in doc["results"]:
+            case = Case(row["group"], row["name"], bool(row["ours"]), "", "", 0, note=row["note"])
+            res = Result(case, int(row["n"]), [float(s) for s in row["seconds"]])
+            res.peaks = [int(p) for p in row["peaks"]]
+            res.skip = str(row["skip"])
+            if not res.skip and not (res.seconds and res.peaks):
+                raise ValueError(f"{case.name} at N={res.n}: no measurement and no skip")
+            results.append(res)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--from-results {path}: cannot read ({e})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"--from-results {path}: not a results file ({e!r})") from None
+    return context, results
