@@ -232,152 +232,67 @@ impl Cipher {
     /// One vectorised pass encrypts a block of positions, then only the
     /// values that left `[0, n)` are walked again, as a dense list.
     pub fn apply_in_place(&self, values: &mut [i64]) {
-        if let Some(t) = &self.table {
-            values
-                .iter_mut()
-                .for_each(|v| *v = i64::from(t.0[*v as usize]));
-            return;
-        }
-        self.apply_blocks_dispatch(values);
+        self.in_place::<false>(values);
     }
 
     /// Replaces every id in `values` (each in `[0, n)`) by its position: the
     /// inverse of [`Cipher::apply_in_place`], by the same blocks and walk
-    /// with the rounds reversed, on compiled lanes (built for AVX-512 or
-    /// AVX2 where the CPU has them).
+    /// with the rounds reversed (cycle-walking backwards from an id reaches
+    /// its position).
     pub fn invert_in_place(&self, values: &mut [i64]) {
+        self.in_place::<true>(values);
+    }
+
+    /// [`Cipher::apply_in_place`], or its inverse with `INVERSE`.
+    fn in_place<const INVERSE: bool>(&self, values: &mut [i64]) {
         if let Some(t) = &self.table {
+            let table = if INVERSE { &t.1 } else { &t.0 };
             values
                 .iter_mut()
-                .for_each(|v| *v = i64::from(t.1[*v as usize]));
+                .for_each(|v| *v = i64::from(table[*v as usize]));
             return;
         }
-        self.invert_blocks_on(Path::active(), values);
+        self.blocks_on::<INVERSE>(Path::active(), values);
     }
 
-    /// [`Cipher::invert_in_place`]'s network on `path`, which the CPU must
-    /// support (checked: an unsupported path runs the portable one).
+    /// Runs [`Cipher::apply_blocks`] (the network, or its inverse with
+    /// `INVERSE`) on `path`, which the CPU must support (checked: an
+    /// unsupported path runs the portable one).
     #[allow(unsafe_code)]
-    pub(crate) fn invert_blocks_on(&self, path: Path, values: &mut [i64]) {
-        #[cfg(target_arch = "x86_64")]
-        match path {
-            Path::Avx512 if Path::Avx512.is_supported() => {
-                // SAFETY: the AVX-512 F, DQ and VL instructions were detected.
-                return unsafe { self.invert_with_avx512(values) };
-            }
-            Path::Avx2 if Path::Avx2.is_supported() => {
-                // SAFETY: the AVX2 instructions were detected.
-                return unsafe { self.invert_with_avx2(values) };
-            }
-            _ => {}
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = path;
-        self.invert_blocks(values);
-    }
-
-    /// [`Cipher::invert_blocks`] compiled for AVX2 (the lanes' 64-bit
-    /// multiplies from its 32-bit ones, still faster than scalar ones).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn invert_with_avx2(&self, values: &mut [i64]) {
-        self.invert_blocks(values);
-    }
-
-    /// The inverse network and walk of [`avx512`], for halves of any width.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-    fn invert_with_avx512(&self, values: &mut [i64]) {
-        let n = self.n as i64;
-        let gather = |walk: &mut Walk, block: &[i64]| avx512::gather_outside(walk, block, n);
-        let keep = |walk: &mut Walk| avx512::keep_outside(walk, n);
-        if self.is_narrow() {
-            let decrypt = |v: &mut [i64]| avx512::encrypt::<true, true>(self, v);
-            self.apply_blocks(values, decrypt, gather, keep);
-        } else {
-            let decrypt = |v: &mut [i64]| avx512::encrypt::<false, true>(self, v);
-            self.apply_blocks(values, decrypt, gather, keep);
-        }
-    }
-
-    /// The inverse network over blocks, walked back into `[0, n)` as the
-    /// forward one is: cycle-walking backwards from an id reaches its
-    /// position.
-    #[inline(always)]
-    fn invert_blocks(&self, values: &mut [i64]) {
-        let n = self.n as i64;
-        let decrypt = |v: &mut [i64]| {
-            if self.is_narrow() {
-                self.decrypt_all_with(v, |x, r| mix_narrow(x, self.narrow_keys[r]));
-            } else {
-                self.decrypt_all_with(v, |x, r| mix(x, self.keys[r]));
-            }
-        };
-        self.apply_blocks(
-            values,
-            decrypt,
-            |walk, block| walk.gather_outside(block, n),
-            |walk| walk.keep_outside(n),
-        );
-    }
-
-    #[inline(always)]
-    fn decrypt_all_with(&self, values: &mut [i64], round: impl Fn(u64, usize) -> u64 + Copy) {
-        let mut groups = values.chunks_exact_mut(LANES);
-        for group in &mut groups {
-            let x = std::array::from_fn(|l| group[l] as u64);
-            for (v, y) in group.iter_mut().zip(self.decrypt_lanes::<LANES>(x, round)) {
-                *v = y as i64;
-            }
-        }
-        for v in groups.into_remainder() {
-            *v = self.decrypt_lanes([*v as u64], round)[0] as i64;
-        }
-    }
-
-    /// Runs [`Cipher::apply_blocks`] on the fastest path this CPU has (see
-    /// [`Path`]).
-    fn apply_blocks_dispatch(&self, values: &mut [i64]) {
-        self.apply_blocks_on(Path::active(), values);
-    }
-
-    /// Runs [`Cipher::apply_blocks`] on `path`, which the CPU must support
-    /// (checked: an unsupported path runs the portable one).
-    #[allow(unsafe_code)]
-    pub(crate) fn apply_blocks_on(&self, path: Path, values: &mut [i64]) {
+    pub(crate) fn blocks_on<const INVERSE: bool>(&self, path: Path, values: &mut [i64]) {
         #[cfg(target_arch = "x86_64")]
         match path {
             Path::Avx512 if Path::Avx512.is_supported() => {
                 // SAFETY: `with_avx512` only requires the AVX-512 F, DQ and VL
                 // instructions (which imply AVX2), and the CPU running this has
                 // been detected to support them.
-                return unsafe { self.with_avx512(values) };
+                return unsafe { self.with_avx512::<INVERSE>(values) };
             }
             Path::Avx2 if Path::Avx2.is_supported() => {
                 // SAFETY: `with_avx2` only requires the AVX2 instructions, and
                 // the CPU running this has been detected to support them.
-                return unsafe { self.with_avx2(values) };
+                return unsafe { self.with_avx2::<INVERSE>(values) };
             }
             _ => {}
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = path;
-        self.apply_blocks_portable(values);
+        self.blocks_portable::<INVERSE>(values);
     }
 
     /// [`Cipher::apply_blocks`] compiled for AVX2: with the hand-written
-    /// network and walk of [`avx2`] for narrow halves, else with the compiled
-    /// lanes (AVX2 has no 64-bit lane multiply, but its 32-bit one on four
-    /// lanes still beats the scalar multiplier).
+    /// network and walk of [`avx2`] for narrow halves going forwards, else
+    /// with the compiled lanes (AVX2 has no 64-bit lane multiply, but its
+    /// 32-bit one on four lanes still beats the scalar multiplier).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn with_avx2(&self, values: &mut [i64]) {
-        if self.is_narrow() {
+    fn with_avx2<const INVERSE: bool>(&self, values: &mut [i64]) {
+        if self.is_narrow() && !INVERSE {
             let encrypt = |v: &mut [i64]| {
                 let whole = v.len() - v.len() % avx2::WIDTH;
                 let (head, tail) = v.split_at_mut(whole);
                 avx2::encrypt_narrow(self, head);
-                self.encrypt_all(tail);
+                self.network_all::<false>(tail);
             };
             let n = self.n as i64;
             self.apply_blocks(
@@ -387,59 +302,59 @@ impl Cipher {
                 |walk| avx2::keep_outside(walk, n),
             );
         } else {
-            self.apply_blocks_portable(values);
+            self.blocks_portable::<INVERSE>(values);
         }
     }
 
-    /// [`Cipher::apply_blocks`] with the network and walk of [`avx512`],
-    /// for halves of any width.
+    /// [`Cipher::apply_blocks`] with the network (or its inverse) and walk
+    /// of [`avx512`], for halves of any width.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-    fn with_avx512(&self, values: &mut [i64]) {
+    fn with_avx512<const INVERSE: bool>(&self, values: &mut [i64]) {
         let n = self.n as i64;
         let gather = |walk: &mut Walk, block: &[i64]| avx512::gather_outside(walk, block, n);
         let keep = |walk: &mut Walk| avx512::keep_outside(walk, n);
         if self.is_narrow() {
-            let encrypt = |v: &mut [i64]| avx512::encrypt::<true, false>(self, v);
-            self.apply_blocks(values, encrypt, gather, keep);
+            let network = |v: &mut [i64]| avx512::encrypt::<true, INVERSE>(self, v);
+            self.apply_blocks(values, network, gather, keep);
         } else {
-            let encrypt = |v: &mut [i64]| avx512::encrypt::<false, false>(self, v);
-            self.apply_blocks(values, encrypt, gather, keep);
+            let network = |v: &mut [i64]| avx512::encrypt::<false, INVERSE>(self, v);
+            self.apply_blocks(values, network, gather, keep);
         }
     }
 
     /// [`Cipher::apply_blocks`] with the compiled lanes and scalar walk.
     #[inline(always)]
-    fn apply_blocks_portable(&self, values: &mut [i64]) {
+    fn blocks_portable<const INVERSE: bool>(&self, values: &mut [i64]) {
         self.apply_blocks(
             values,
-            |v| self.encrypt_all(v),
+            |v| self.network_all::<INVERSE>(v),
             |walk, block| walk.gather_outside(block, self.n as i64),
             |walk| walk.keep_outside(self.n as i64),
         );
     }
 
     /// The batch evaluation of the network (not the table), inlined into each
-    /// instruction-set variant of [`Cipher::apply_blocks_dispatch`], from its
-    /// parts: `encrypt` encrypts every value of a slice once, `gather` starts
-    /// a [`Walk`] from the values of a block outside `[0, n)`, and `keep`
-    /// keeps only the walked values still outside.
+    /// instruction-set variant of [`Cipher::blocks_on`], from its parts:
+    /// `network` runs the network (or its inverse) once over every value of
+    /// a slice, `gather` starts a [`Walk`] from the values of a block outside
+    /// `[0, n)`, and `keep` keeps only the walked values still outside.
     #[inline(always)]
     fn apply_blocks(
         &self,
         values: &mut [i64],
-        encrypt: impl Fn(&mut [i64]),
+        network: impl Fn(&mut [i64]),
         gather: impl Fn(&mut Walk, &[i64]),
         keep: impl Fn(&mut Walk),
     ) {
         let mut walk = Walk::new(values.len().min(BLOCK));
         for block in values.chunks_mut(BLOCK) {
-            encrypt(block);
+            network(block);
             gather(&mut walk, block);
             while walk.count > 0 {
                 // Lanes past `count` hold stale values; encrypting them is harmless.
                 let padded = walk.count.next_multiple_of(LANES);
-                encrypt(&mut walk.values[..padded]);
+                network(&mut walk.values[..padded]);
                 for (&v, &i) in walk.values[..walk.count].iter().zip(&walk.index) {
                     block[i as usize] = v;
                 }
@@ -448,27 +363,44 @@ impl Cipher {
         }
     }
 
-    /// Encrypts every value once, `LANES` at a time.
+    /// Runs the network (or its inverse) once over every value, `LANES` at
+    /// a time.
     #[inline(always)]
-    fn encrypt_all(&self, values: &mut [i64]) {
+    fn network_all<const INVERSE: bool>(&self, values: &mut [i64]) {
         if self.is_narrow() {
-            self.encrypt_all_with(values, |x, r| mix_narrow(x, self.narrow_keys[r]));
+            self.network_all_with::<INVERSE>(values, |x, r| mix_narrow(x, self.narrow_keys[r]));
         } else {
-            self.encrypt_all_with(values, |x, r| mix(x, self.keys[r]));
+            self.network_all_with::<INVERSE>(values, |x, r| mix(x, self.keys[r]));
         }
     }
 
     #[inline(always)]
-    fn encrypt_all_with(&self, values: &mut [i64], round: impl Fn(u64, usize) -> u64 + Copy) {
+    fn network_all_with<const INVERSE: bool>(
+        &self,
+        values: &mut [i64],
+        round: impl Fn(u64, usize) -> u64 + Copy,
+    ) {
+        let lanes = |x: [u64; LANES]| {
+            if INVERSE {
+                self.decrypt_lanes(x, round)
+            } else {
+                self.encrypt_lanes(x, round)
+            }
+        };
         let mut groups = values.chunks_exact_mut(LANES);
         for group in &mut groups {
             let x = std::array::from_fn(|l| group[l] as u64);
-            for (v, y) in group.iter_mut().zip(self.encrypt_lanes::<LANES>(x, round)) {
+            for (v, y) in group.iter_mut().zip(lanes(x)) {
                 *v = y as i64;
             }
         }
         for v in groups.into_remainder() {
-            *v = self.encrypt_lanes([*v as u64], round)[0] as i64;
+            let x = *v as u64;
+            *v = if INVERSE {
+                self.decrypt_lanes([x], round)[0]
+            } else {
+                self.encrypt_lanes([x], round)[0]
+            } as i64;
         }
     }
 }
@@ -697,9 +629,9 @@ mod tests {
         if c.table.is_none() {
             for path in supported_paths() {
                 let mut on_path = positions.clone();
-                c.apply_blocks_on(path, &mut on_path);
+                c.blocks_on::<false>(path, &mut on_path);
                 assert_eq!(on_path, expect, "{case}, path {path:?}");
-                c.invert_blocks_on(path, &mut on_path);
+                c.blocks_on::<true>(path, &mut on_path);
                 assert_eq!(on_path, positions, "{case}, inverse on path {path:?}");
             }
         }
@@ -860,7 +792,7 @@ mod tests {
                         .zip(start as i64..)
                         .for_each(|(v, p)| *v = p);
                     let t = std::time::Instant::now();
-                    c.apply_blocks_on(path, &mut values);
+                    c.blocks_on::<false>(path, &mut values);
                     best = best.min(t.elapsed().as_secs_f64());
                 }
                 println!(
