@@ -211,7 +211,11 @@ pub fn unmarked_ids(plan: &Plan, words: &[u64], start: u64, end: u64) -> Result<
         )));
     }
     let mut absent = Vec::new();
-    let mut piece = Vec::with_capacity(SCAN_PIECE.min(end - start) as usize);
+    // Fallible: under an address-space limit this is an error, not an abort.
+    let mut piece = crate::buffer::vec_with_capacity(
+        SCAN_PIECE.min(end - start) as usize,
+        "the positions scanned for misses",
+    )?;
     let mut at = start;
     while at < end {
         let to = (at + SCAN_PIECE).min(end);

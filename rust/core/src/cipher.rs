@@ -295,7 +295,7 @@ impl Cipher {
                 self.network_all::<false>(tail);
             };
             let n = self.n as i64;
-            self.apply_blocks(
+            self.apply_blocks::<false>(
                 values,
                 encrypt,
                 |walk, block| avx2::gather_outside(walk, block, n),
@@ -316,17 +316,17 @@ impl Cipher {
         let keep = |walk: &mut Walk| avx512::keep_outside(walk, n);
         if self.is_narrow() {
             let network = |v: &mut [i64]| avx512::encrypt::<true, INVERSE>(self, v);
-            self.apply_blocks(values, network, gather, keep);
+            self.apply_blocks::<INVERSE>(values, network, gather, keep);
         } else {
             let network = |v: &mut [i64]| avx512::encrypt::<false, INVERSE>(self, v);
-            self.apply_blocks(values, network, gather, keep);
+            self.apply_blocks::<INVERSE>(values, network, gather, keep);
         }
     }
 
     /// [`Cipher::apply_blocks`] with the compiled lanes and scalar walk.
     #[inline(always)]
     fn blocks_portable<const INVERSE: bool>(&self, values: &mut [i64]) {
-        self.apply_blocks(
+        self.apply_blocks::<INVERSE>(
             values,
             |v| self.network_all::<INVERSE>(v),
             |walk, block| walk.gather_outside(block, self.n as i64),
@@ -340,14 +340,26 @@ impl Cipher {
     /// a slice, `gather` starts a [`Walk`] from the values of a block outside
     /// `[0, n)`, and `keep` keeps only the walked values still outside.
     #[inline(always)]
-    fn apply_blocks(
+    fn apply_blocks<const INVERSE: bool>(
         &self,
         values: &mut [i64],
         network: impl Fn(&mut [i64]),
         gather: impl Fn(&mut Walk, &[i64]),
         keep: impl Fn(&mut Walk),
     ) {
-        let mut walk = Walk::new(values.len().min(BLOCK));
+        let Some(mut walk) = Walk::try_new(values.len().min(BLOCK)) else {
+            // No memory for the walk's list: one value at a time needs none,
+            // so a process near its memory limit is slower, not aborted.
+            for v in values.iter_mut() {
+                let x = *v as u64;
+                *v = if INVERSE {
+                    self.invert(x)
+                } else {
+                    self.apply(x)
+                } as i64;
+            }
+            return;
+        };
         for block in values.chunks_mut(BLOCK) {
             network(block);
             gather(&mut walk, block);
@@ -497,13 +509,20 @@ struct Walk {
 
 impl Walk {
     /// A walk for blocks of up to `len` values, with room to round the list
-    /// up to whole groups of lanes.
-    fn new(len: usize) -> Self {
-        Self {
-            values: vec![0; len + LANES],
-            index: vec![0; len + LANES],
+    /// up to whole groups of lanes; None when the memory is not there (a
+    /// process under an address-space limit), which the caller survives.
+    fn try_new(len: usize) -> Option<Self> {
+        let zeros = || {
+            let mut v = Vec::new();
+            v.try_reserve_exact(len + LANES).ok()?;
+            v.resize(len + LANES, 0);
+            Some(v)
+        };
+        Some(Self {
+            values: zeros()?,
+            index: zeros()?,
             count: 0,
-        }
+        })
     }
 
     /// Starts the walk with the values of `block` at least `n`.
@@ -745,7 +764,8 @@ mod tests {
                             false => (rng.next_u64() % n as u64) as i64,
                         })
                         .collect();
-                    let (mut vector, mut portable) = (Walk::new(len), Walk::new(len));
+                    let (mut vector, mut portable) =
+                        (Walk::try_new(len).unwrap(), Walk::try_new(len).unwrap());
                     gather(&mut vector, &values, n);
                     portable.gather_outside(&values, n);
                     let taken =
