@@ -407,6 +407,7 @@ def _tally_by_step(
     table = np.concatenate(records)
     table = table[np.lexsort((table[:, 2], table[:, 1], table[:, 0]))]
     listed: dict[str, int] = {"duplicate": 0, "missing": 0, "misplaced": 0}
+    unmarked = np.zeros(-(-plans.store_size // 64), dtype=np.uint64)  # once, not a batch
 
     def note(kind: str, sample: int, epoch: int, step: int, seen: tuple[Sighting, ...]) -> None:
         if listed[kind] < limit:
@@ -426,7 +427,7 @@ def _tally_by_step(
         for s0 in range(lo, hi, span):
             s1 = min(s0 + span, hi)
             a, b = max(s0, first), min(s1, last)
-            planned = _planned_ids(plans, plan, a * g, min(b * g, plan.num_samples))
+            planned = _planned_ids(plan, unmarked, a * g, min(b * g, plan.num_samples))
             planned_steps = (np.arange(len(planned)) + a * g) // g
             chosen = mine[(mine[:, 1] >= s0) & (mine[:, 1] < s1)]
             ids, steps, owners = _consumed(logs, chosen)
@@ -476,12 +477,14 @@ def _classify(
             note("missing", sample, epoch, step, ())
 
 
-def _planned_ids(plans: _Plans, plan: EpochPlan, start: int, end: int) -> npt.NDArray[np.int64]:
-    """The ids at positions ``[start, end)`` of ``plan``'s epoch."""
+def _planned_ids(
+    plan: EpochPlan, unmarked: npt.NDArray[np.uint64], start: int, end: int
+) -> npt.NDArray[np.int64]:
+    """The ids at positions ``[start, end)`` of ``plan``'s epoch (every id
+    is unmarked in the empty bitmap ``unmarked``)."""
     if start >= end:
         return np.empty(0, dtype=np.int64)
-    nothing = np.zeros(-(-plans.store_size // 64), dtype=np.uint64)
-    return _native.unmarked_ids(plan, nothing, start, end)
+    return _native.unmarked_ids(plan, unmarked, start, end)
 
 
 def _consumed(
