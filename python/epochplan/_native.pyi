@@ -39,9 +39,7 @@ class Permutation:
         *,
         seed: int = 0,
         epoch: int = 0,
-        kind: str = "cipher",
-        chunk_size: int | None = None,
-        preload_nchunks: int | None = None,
+        kind: str | Chunked = "cipher",
     ) -> None: ...
     @property
     def num_samples(self) -> int: ...
@@ -70,12 +68,10 @@ def permutation(
     *,
     seed: int = 0,
     epoch: int = 0,
-    kind: str = "uniform",
-    chunk_size: int | None = None,
-    preload_nchunks: int | None = None,
+    kind: str | Chunked = "uniform",
 ) -> npt.NDArray[np.int64]: ...
 def split_range(
-    num_samples: int, world_size: int, rank: int, mode: str | None = None
+    num_samples: int, rank: int, world_size: int, mode: str | None = None
 ) -> tuple[int, int, int]: ...
 def set_num_threads(num_threads: int) -> None: ...
 def mark_ids(
@@ -94,6 +90,113 @@ def misplaced(
 def get_num_threads() -> int: ...
 
 MicroBatch = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
+
+class Chunked:
+    def __init__(self, chunk_size: int, preload_nchunks: int = 1) -> None: ...
+    @property
+    def chunk_size(self) -> int: ...
+    @property
+    def preload_nchunks(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class Tokens:
+    def __init__(
+        self,
+        lengths: npt.ArrayLike,
+        loss_tokens: npt.ArrayLike | None = None,
+        *,
+        cost: str | tuple[float, float] = "tokens",
+        loss_normalization: str = "tokens",
+        max_length: int | None = None,
+        oversize: str = "error",
+    ) -> None: ...
+    @property
+    def lengths(self) -> npt.NDArray[np.integer[Any]]: ...
+    @property
+    def loss_tokens(self) -> npt.NDArray[np.integer[Any]] | None: ...
+    @property
+    def cost(self) -> str | tuple[float, float]: ...
+    @property
+    def loss_normalization(self) -> str: ...
+    @property
+    def max_length(self) -> int | None: ...
+    @property
+    def oversize(self) -> str: ...
+    def replace(self, **changes: Any) -> Tokens: ...
+
+class PlanSpec:
+    def __init__(
+        self,
+        num_samples: int | Selection | Mixture | MixtureEpoch,
+        global_batch_size: int,
+        *,
+        seed: int = 0,
+        kind: str | Chunked = "cipher",
+        drop_last: bool = False,
+        tokens: Tokens | None = None,
+    ) -> None: ...
+    def plan(self, epoch: int = 0, cursor: int = 0) -> EpochPlan: ...
+    @property
+    def layout(self) -> PlanLayout: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def global_batch_size(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def kind(self) -> str | Chunked: ...
+    @property
+    def drop_last(self) -> bool: ...
+    @property
+    def space(self) -> Selection | Mixture | MixtureEpoch | None: ...
+    @property
+    def store_size(self) -> int: ...
+    @property
+    def tokens(self) -> Tokens | None: ...
+    def rank_counts(self, world_size: int) -> list[int]: ...
+    def to_json(self) -> str: ...
+    @classmethod
+    def from_json(
+        cls,
+        text: str,
+        *,
+        space: Selection | Mixture | MixtureEpoch | None = None,
+        lengths: npt.ArrayLike | None = None,
+        loss_tokens: npt.ArrayLike | None = None,
+    ) -> PlanSpec: ...
+    def digest(self) -> str: ...
+    def replace(self, **changes: Any) -> PlanSpec: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class RankPlan:
+    @property
+    def plan(self) -> EpochPlan: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    def indices(self) -> npt.NDArray[np.int64]: ...
+    def size(self) -> int: ...
+    def step_indices(self, step: int) -> npt.NDArray[np.int64]: ...
+    def sources(self, step: int) -> npt.NDArray[np.int64]: ...
+    def step_offset(self, step: int) -> int: ...
+    def step_micro_batches(
+        self, step: int, micro_batch_size: int | None = None, *, max_tokens: int | None = None
+    ) -> list[MicroBatch]: ...
+    def micro_batches(
+        self, micro_batch_size: int | None = None, *, max_tokens: int | None = None
+    ) -> MicroBatches: ...
+    def split_step(
+        self,
+        step: int,
+        ids: npt.ArrayLike,
+        micro_batch_size: int | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> list[MicroBatch]: ...
 
 class PlanLayout:
     def __init__(
@@ -138,7 +241,7 @@ class PlanLayout:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
-class EpochPlan:
+class EpochPlan(PlanLayout):
     def __init__(
         self,
         num_samples: int | Selection | Mixture | MixtureEpoch,
@@ -146,17 +249,16 @@ class EpochPlan:
         *,
         seed: int = 0,
         epoch: int = 0,
-        kind: str = "cipher",
+        kind: str | Chunked = "cipher",
         drop_last: bool = False,
         cursor: int = 0,
-        chunk_size: int | None = None,
-        preload_nchunks: int | None = None,
-        lengths: npt.ArrayLike | None = None,
-        loss_tokens: npt.ArrayLike | None = None,
-        cost: str | tuple[float, float] | None = "tokens",
-        loss_normalization: str | None = None,
-        max_length: int | None = None,
+        tokens: Tokens | None = None,
     ) -> None: ...
+    @property
+    def spec(self) -> PlanSpec: ...
+    @property
+    def tokens(self) -> Tokens | None: ...
+    def rank(self, rank: int, world_size: int) -> RankPlan: ...
     @property
     def layout(self) -> PlanLayout: ...
     @property
@@ -172,10 +274,6 @@ class EpochPlan:
     def loss_normalization(self) -> str: ...
     def step_tokens(self, step: int) -> int: ...
     @property
-    def num_samples(self) -> int: ...
-    @property
-    def global_batch_size(self) -> int: ...
-    @property
     def seed(self) -> int: ...
     @property
     def epoch(self) -> int: ...
@@ -185,17 +283,6 @@ class EpochPlan:
     def chunk_size(self) -> int | None: ...
     @property
     def preload_nchunks(self) -> int | None: ...
-    @property
-    def drop_last(self) -> bool: ...
-    @property
-    def cursor(self) -> int: ...
-    @property
-    def num_steps(self) -> int: ...
-    @property
-    def start_step(self) -> int: ...
-    @property
-    def remaining_steps(self) -> int: ...
-    def step_size(self, step: int) -> int: ...
     def step_indices(self, step: int, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
     def sources(self, step: int, rank: int, world_size: int) -> npt.NDArray[np.int64]: ...
     @property
@@ -222,7 +309,7 @@ class EpochPlan:
         *,
         max_tokens: int | None = None,
     ) -> list[MicroBatch]: ...
-    def split_step(
+    def split_step(  # type: ignore[override]
         self,
         step: int,
         rank: int,
@@ -277,12 +364,11 @@ def npy_file_size(count: int) -> int: ...
 def write_epoch_files(
     paths: list[str],
     world_size: int,
-    plan: dict[str, Any],
+    plan: EpochPlan,
     *,
     fsync: bool = True,
     progress: Callable[[int], object] | None = None,
     display_paths: list[str] | None = None,
-    space: Selection | Mixture | MixtureEpoch | None = None,
     ranks: list[int] | None = None,
 ) -> list[tuple[int, int, str]]: ...
 def verify_epoch_files(
@@ -291,11 +377,10 @@ def verify_epoch_files(
     sizes: list[int],
     checksums: list[str],
     world_size: int,
-    plan: dict[str, Any],
+    plan: EpochPlan,
     *,
     progress: Callable[[int], object] | None = None,
     compare_ids: bool = False,
-    space: Selection | Mixture | MixtureEpoch | None = None,
     ranks: list[int] | None = None,
 ) -> bool: ...
 def map_ids(path: str, offset: int, count: int) -> npt.NDArray[np.int64]: ...
@@ -305,16 +390,11 @@ def file_checksum(path: str | os.PathLike[str]) -> str: ...
 class TokenDealer:
     def __init__(
         self,
-        plan: dict[str, Any],
+        plan: EpochPlan,
         world_size: int,
-        lengths: Any,
-        loss_tokens: Any = None,
-        cost: str | tuple[float, float] | None = None,
-        loss_normalization: str | None = None,
         *,
         micro_batch_size: int | None = None,
         max_tokens: int | None = None,
-        space: Selection | Mixture | MixtureEpoch | None = None,
     ) -> None: ...
     def digests(self) -> tuple[str, str | None]: ...
     def write_files(
@@ -330,7 +410,7 @@ class TokenDealer:
     ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]: ...
 
 def verify_token_epoch(
-    plan: dict[str, Any],
+    plan: EpochPlan,
     world_size: int,
     ids: list[tuple[str, int, int, str]],
     offsets: list[tuple[str, int, int, str]],
@@ -343,9 +423,6 @@ def verify_token_epoch(
     loss_normalization: str | None = None,
     micro_batch_size: int | None = None,
     max_tokens: int | None = None,
-    space: Selection | Mixture | MixtureEpoch | None = None,
-    lengths: Any = None,
-    loss_tokens: Any = None,
     progress: Callable[[int], object] | None = None,
 ) -> Exception | None: ...
 def token_cuts(
@@ -471,7 +548,7 @@ class Selection:
     @property
     def num_samples(self) -> int: ...
     @property
-    def kind(self) -> str: ...
+    def form(self) -> str: ...
     @property
     def ranges(self) -> list[tuple[int, int]] | None: ...
     @property

@@ -21,24 +21,17 @@ skipped, with their lengths.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from epochplan._native import EpochPlan, Mixture, Selection
-from epochplan._spec import PlanSpec, TokenSpec
+from epochplan._native import EpochPlan, Mixture, MixtureEpoch, PlanSpec, Selection
 
 __all__ = [
-    "OVERSIZE_POLICIES",
     "OversizeReport",
     "apply_oversize",
-    "oversize_policy",
     "report_of",
 ]
-
-#: The values of ``oversize=``.
-OVERSIZE_POLICIES = ("error", "truncate", "skip")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,17 +64,6 @@ class OversizeReport:
         )
 
 
-def oversize_policy(oversize: Any) -> str:
-    """The checked ``oversize`` argument."""
-    if not isinstance(oversize, str):
-        raise TypeError(
-            f'oversize must be "error", "truncate" or "skip", got {type(oversize).__name__}'
-        )
-    if oversize not in OVERSIZE_POLICIES:
-        raise ValueError(f'oversize must be "error", "truncate" or "skip", got {oversize!r}')
-    return oversize
-
-
 def _ranges_without(ids: npt.NDArray[np.int64], n: int) -> Selection:
     """``range(n)`` less ``ids`` (ascending): ``len(ids) + 1`` ranges at most."""
     starts = np.concatenate([[0], ids + 1])
@@ -98,14 +80,14 @@ def _without(spec: PlanSpec, ids: npt.NDArray[np.int64]) -> Selection:
     space = spec.space
     if space is None:
         return _ranges_without(ids, spec.num_samples)
-    if isinstance(space, Mixture):
+    if isinstance(space, (Mixture, MixtureEpoch)):
         raise ValueError(
             'oversize="skip" does not apply to a Mixture: give its sources without the '
             'samples (Selection.from_ranges, from_mask), or oversize="truncate"'
         )
-    if space.kind == "ranges":
+    if space.form == "ranges":
         return space & _ranges_without(ids, space.num_samples)
-    if space.kind == "mask":
+    if space.form == "mask":
         mask = space.to_mask()
         mask[ids] = False
         return Selection.from_mask(mask)
@@ -114,34 +96,31 @@ def _without(spec: PlanSpec, ids: npt.NDArray[np.int64]) -> Selection:
 
 
 def apply_oversize(
-    spec: PlanSpec,
-    tokens: TokenSpec | None,
-    max_tokens: int | None,
-    oversize: Any,
-) -> tuple[PlanSpec, TokenSpec | None, OversizeReport | None]:
-    """The spec and token spec that carry out ``oversize`` for plans capped
-    at ``max_tokens``, and the report (None without lengths or a cap).
+    spec: PlanSpec, max_tokens: int | None
+) -> tuple[PlanSpec, OversizeReport | None]:
+    """The spec that carries out its tokens' ``oversize`` policy for plans
+    capped at ``max_tokens``, and the report (None without lengths or a cap).
 
     With ``"error"`` nothing changes and nothing is read here (no report):
     the plan refuses the cap at its first ``micro_batches`` call (a sampler
     asks at construction), and :func:`report_of` then reads its kept scan.
     """
-    policy = oversize_policy(oversize)
-    if tokens is None or max_tokens is None or policy == "error":
-        return spec, tokens, None
+    tokens = spec.tokens
+    if tokens is None or max_tokens is None or tokens.oversize == "error":
+        return spec, None
+    policy = tokens.oversize
     if tokens.max_length is not None:
         raise ValueError(
-            "oversize applies to lengths as given: the token spec already cuts them "
+            "oversize applies to lengths as given: the tokens already cut them "
             f"(max_length={tokens.max_length})"
         )
-    ids, lengths = spec.plan(0, tokens).oversize(max_tokens)
+    ids, lengths = spec.plan(0).oversize(max_tokens)
     report = OversizeReport(policy, int(max_tokens), ids, lengths)
     if report.count == 0:
-        return spec, tokens, report
+        return spec, report
     if policy == "truncate":
-        return spec, dataclasses.replace(tokens, max_length=int(max_tokens)), report
-    space = _without(spec, ids)
-    return dataclasses.replace(spec, num_samples=len(space), space=space), tokens, report
+        return spec.replace(tokens=tokens.replace(max_length=int(max_tokens))), report
+    return spec.replace(num_samples=_without(spec, ids)), report
 
 
 def report_of(plan: EpochPlan, max_tokens: int) -> OversizeReport:

@@ -13,8 +13,8 @@ from epochplan._args import int_arg
 
 def split(
     num_samples_or_array: int | npt.ArrayLike,
-    world_size: int,
     rank: int,
+    world_size: int,
     mode: str = "strided",
 ) -> npt.NDArray[Any]:
     """One rank's share, without padding or dropping.
@@ -25,7 +25,7 @@ def split(
     ``n % W`` ranks one longer. Ranks differ by at most one element.
 
     Examples:
-        >>> split(10, 3, 1)
+        >>> split(10, 1, 3)  # rank 1 of 3
         array([1, 4, 7])
     """
     x = num_samples_or_array
@@ -36,10 +36,10 @@ def split(
         # An int, a 0-d integer array or tensor, or any object that is an int
         # through __index__ alone (as every int argument).
         n = int_arg(x, "num_samples_or_array", 0, _native.MAX_SAMPLES)
-        return _share(range(n), world_size, rank, mode)
+        return _share(range(n), rank, world_size, mode)
     if isinstance(x, range):
         # The share of a range is a range: only it is built.
-        return _share(x, world_size, rank, mode)
+        return _share(x, rank, world_size, mode)
     try:
         array = np.asarray(x)
     except MemoryError:
@@ -51,11 +51,11 @@ def split(
         raise kind(f"num_samples_or_array must be an int or an array: {e}") from None
     if array.ndim == 0:
         raise TypeError(f"num_samples_or_array must be an int or an array, got {type(x).__name__}")
-    start, stop, step = _native.split_range(len(array), world_size, rank, mode)
+    start, stop, step = _native.split_range(len(array), rank, world_size, mode)
     return array[start:stop:step]
 
 
-def _share(positions: range, world_size: int, rank: int, mode: str) -> npt.NDArray[np.int64]:
+def _share(positions: range, rank: int, world_size: int, mode: str) -> npt.NDArray[np.int64]:
     """The rank's share of a range, as int64."""
     try:
         length = len(positions)
@@ -67,7 +67,7 @@ def _share(positions: range, world_size: int, rank: int, mode: str) -> npt.NDArr
     ends = (positions[0], positions[-1]) if positions else (0, 0)
     if min(ends) < -(2**63) or max(ends) >= 2**63:
         raise OverflowError("num_samples_or_array's values must fit int64, got a range beyond")
-    start, stop, step = _native.split_range(length, world_size, rank, mode)
+    start, stop, step = _native.split_range(length, rank, world_size, mode)
     share = positions[start:stop:step]
     too_large = OverflowError(
         f"cannot allocate {len(share)} int64 values for the rank's share of "

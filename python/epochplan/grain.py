@@ -29,7 +29,7 @@ from grain import MapDataset, RecordMetadata
 from grain.sharding import ShardOptions
 
 from epochplan._args import int_arg
-from epochplan._native import EpochPlan, MixtureEpoch, Selection
+from epochplan._native import EpochPlan, MixtureEpoch
 
 __all__ = ["EpochPlanSampler", "Slot", "map_dataset"]
 
@@ -55,13 +55,13 @@ class _ShardLayout:
     def __init__(self, plan: EpochPlan, world_size: int, num_epochs: int | None) -> None:
         if not isinstance(plan, EpochPlan):
             raise TypeError(f"plan must be an epochplan.EpochPlan, got {type(plan).__name__}")
-        if plan.lengths is not None:
+        if plan.tokens is not None:
             # A token plan deals each step by tokens: a shard's share is not
             # the fixed ceil(G / W) slots that Grain's index arithmetic needs.
             raise ValueError(
                 "plan must be a plan without lengths: a token plan deals its steps by tokens, "
                 "so shards hold different numbers of samples a step, which Grain's fixed "
-                "slots cannot carry (build the plan without lengths=, or feed the token "
+                "slots cannot carry (build the plan without tokens=, or feed the token "
                 "plan's micro_batches(rank, world_size, ...) to your own loader)"
             )
         if num_epochs is not None:
@@ -112,28 +112,12 @@ class _ShardLayout:
         selection as it is, a mixture's epoch continuing each source's passes
         from where the previous epoch left them (as the samplers do)."""
         p = self.plan
-        space: int | Selection | MixtureEpoch = p.num_samples
         if isinstance(p.space, MixtureEpoch):
             space = p.space
             for e in range(p.epoch + 1, epoch + 1):
                 space = space.mixture.epoch(e, space.consumed_after)
-            # A mixture's order is its epoch's stratified arrangement: no kind.
-            return EpochPlan(
-                space, p.global_batch_size, seed=p.seed, epoch=epoch, drop_last=p.drop_last
-            )
-        if isinstance(p.space, Selection):
-            space = p.space
-        chunked = p.kind == "chunked"
-        return EpochPlan(
-            space,
-            p.global_batch_size,
-            seed=p.seed,
-            epoch=epoch,
-            kind=p.kind,
-            drop_last=p.drop_last,
-            chunk_size=p.chunk_size if chunked else None,
-            preload_nchunks=p.preload_nchunks if chunked else None,
-        )
+            return p.spec.replace(num_samples=space).plan(epoch)
+        return p.spec.plan(epoch)
 
     def step_slots(
         self, epoch: int, step: int, shard: int

@@ -40,6 +40,7 @@ import transformers
 from torch.utils.data import DataLoader
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 
+from epochplan._native import PlanSpec, Tokens
 from epochplan.accelerate import prepare_data_loader
 from epochplan.torch import ElasticBatchSampler, WeightedBatch
 
@@ -107,10 +108,10 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
             the same whatever the number of processes. Each process's
             micro-batches hold at most ``args.per_device_train_batch_size``
             samples; the plan's seed is ``args.data_seed`` (else ``args.seed``).
-        lengths: tokens per sample: a token plan (weights ``W / T_t`` on each
-            sample's summed token losses; see the token plans guide).
-        loss_tokens: tokens per sample that count in the loss (default: the
-            lengths); checked against the labels of every micro-batch.
+        tokens: a token plan's :class:`~epochplan.Tokens` (weights ``W /
+            T_t`` on each sample's summed token losses; see the token plans
+            guide); its loss tokens (default: the lengths) are checked
+            against the labels of every micro-batch.
         max_tokens: the most tokens per micro-batch (token plans).
 
     The loss of a micro-batch is ``(sample_weight * per_sample_loss).sum()``
@@ -127,8 +128,7 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
         self,
         *args: Any,
         global_batch_size: int,
-        lengths: Any = None,
-        loss_tokens: Any = None,
+        tokens: Tokens | None = None,
         max_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -145,8 +145,7 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
             )
         super().__init__(*args, **kwargs)
         self.global_batch_size = global_batch_size
-        self.lengths = lengths
-        self.loss_tokens = loss_tokens
+        self.tokens = tokens
         self.max_tokens = max_tokens
         # Resuming restores the sampler: no batch is skipped.
         self.args.ignore_data_skip = True
@@ -158,16 +157,18 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
     def make_sampler(self, dataset: Any) -> ElasticBatchSampler:
         """The sampler of this process (rank and world size from ``args``)."""
         args = self.args
-        return ElasticBatchSampler(
-            dataset,
+        spec = PlanSpec(
+            len(dataset),
             self.global_batch_size,
-            args.per_device_train_batch_size,
-            num_replicas=args.world_size,
-            rank=args.process_index,
             seed=args.seed if args.data_seed is None else args.data_seed,
-            lengths=self.lengths,
-            loss_tokens=self.loss_tokens,
+            tokens=self.tokens,
+        )
+        return ElasticBatchSampler(
+            spec,
+            args.per_device_train_batch_size,
             max_tokens=self.max_tokens,
+            rank=args.process_index,
+            num_replicas=args.world_size,
         )
 
     def get_train_dataloader(self) -> Any:
@@ -327,7 +328,7 @@ class PlanTrainer(transformers.Trainer):  # type: ignore[misc,unused-ignore]
         counts = (labels != _IGNORE).sum(dim=1)
         plan = self._steps.sampler.plan if self._steps is not None else None
         if plan is not None and plan.loss_normalization == "tokens":
-            expected = self.loss_tokens if self.loss_tokens is not None else self.lengths
+            expected = plan.loss_tokens if plan.loss_tokens is not None else plan.lengths
             want = torch.as_tensor(np.asarray(expected)[batch.indices.cpu().numpy()])
             if not torch.equal(counts.cpu(), want.to(counts.dtype)):
                 raise ValueError(

@@ -48,11 +48,11 @@ def job_cases(job: Job) -> list[Case]:
         space = "space"
     kind = "" if job.kind == "cipher" else f", kind={job.kind!r}"
     if job.kind == "chunked":
-        kind += ", chunk_size=1000"
+        kind = ", kind=ep.Chunked(1000)"
     tokens = ""
     if job.lengths is not None:
         setup += f"lengths = np.load({str(job.lengths)!r}, mmap_mode='r')\n"
-        tokens = ", lengths=lengths"
+        tokens = ", tokens=ep.Tokens(lengths)"
     setup += f"plan = ep.EpochPlan({space}, {g}{kind}{tokens})\n"
     group = f"your job ({job.describe()})"
     if job.lengths is None:

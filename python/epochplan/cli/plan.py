@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from epochplan._args import limit_label, size_label
-from epochplan._native import KINDS, Selection
+from epochplan._files import map_npy
+from epochplan._kinds import kind_value
+from epochplan._native import KINDS, Mixture, PlanSpec, Selection, Tokens
 from epochplan.cli.arguments import (
     MAX_U64,
     Help,
@@ -25,7 +27,7 @@ from epochplan.cli.arguments import (
 from epochplan.cli.parts import add_part_argument, part_from_args, run_part
 from epochplan.cli.progress import peak_rss_bytes, progress_bar, rate_text, show_progress
 from epochplan.cli.space import add_space_arguments, describe_space, space_from_args
-from epochplan.planfile import MAX_FILES, PlanError, PlanSpec, verify_plan, write_plan
+from epochplan.planfile import MAX_FILES, PlanError, verify_plan, write_plan
 from epochplan.planfile.verify import check_verify_memory
 
 PLAN_HELP = """\
@@ -177,16 +179,23 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _token_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    if args.lengths is None:
-        return {}
-    return {
-        "lengths": args.lengths,
-        "loss_tokens": args.loss_tokens,
-        "max_tokens": args.max_tokens,
-        "micro_batch_size": args.micro_batch_size,
-        "oversize": args.oversize,
-    }
+def _spec(
+    args: argparse.Namespace, num_samples: int, space: Selection | Mixture | None
+) -> PlanSpec:
+    """The plan's parameters, built once from the flags (checked files: the
+    lengths memory-mapped, so that the manifest records their file)."""
+    tokens = None
+    if args.lengths is not None:
+        loss = None if args.loss_tokens is None else map_npy(args.loss_tokens)[0]
+        tokens = Tokens(map_npy(args.lengths)[0], loss, oversize=args.oversize)
+    return PlanSpec(
+        num_samples if space is None else space,
+        args.global_batch_size,
+        seed=args.seed,
+        kind=kind_value(args.kind, args.chunk_size, args.preload_nchunks),
+        drop_last=args.drop_last,
+        tokens=tokens,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -222,16 +231,8 @@ def run(args: argparse.Namespace) -> int:
     if space is not None:
         num_samples = len(space)
     part = part_from_args(args)
+    spec = _spec(args, num_samples, space)
     if part is not None:
-        kind_args = {"chunk_size": args.chunk_size, "preload_nchunks": args.preload_nchunks}
-        spec = PlanSpec.checked(
-            num_samples if space is None else space,
-            args.global_batch_size,
-            seed=args.seed,
-            kind=args.kind,
-            drop_last=args.drop_last,
-            **kind_args,
-        )
         return run_part(args, part, spec, range(args.epoch, args.epoch + args.epochs))
     temp_root = None
     out = args.out
@@ -245,37 +246,20 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_verify:
             # Known before writing: no plan is written that cannot be verified.
             try:
-                check_verify_memory(
-                    Path(out),
-                    PlanSpec(
-                        num_samples,
-                        args.global_batch_size,
-                        args.seed,
-                        args.kind,
-                        args.chunk_size,
-                        args.preload_nchunks,
-                        args.drop_last,
-                        space,
-                    ),
-                )
+                check_verify_memory(Path(out), spec)
             except PlanError as e:
                 raise PlanError(f"{e} (--no-verify writes the plan without verifying it)") from None
         t0 = time.perf_counter()
         with progress_bar("writing", "B", show, scale=8) as bar:
             d = write_plan(
                 out,
-                num_samples if space is None else space,
-                args.global_batch_size,
+                spec,
                 args.world_size,
-                seed=args.seed,
                 epochs=epochs,
-                kind=args.kind,
-                chunk_size=args.chunk_size,
-                preload_nchunks=args.preload_nchunks,
-                drop_last=args.drop_last,
+                micro_batch_size=args.micro_batch_size,
+                max_tokens=args.max_tokens,
                 force=args.force,
                 progress=bar,
-                **_token_kwargs(args),
             )
         t_write = time.perf_counter() - t0
         files = len(d.manifest["files"]) + len(d.manifest.get("token_files", []))

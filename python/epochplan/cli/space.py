@@ -104,7 +104,7 @@ def space_from_args(args: argparse.Namespace) -> Selection | Mixture | None:
 def describe_space(space: Any) -> str:
     """A few words of a summary line: what the plan's ids are."""
     if isinstance(space, Selection):
-        return f"a {space.kind} selection of {len(space):,} of {space.num_samples:,} ids"
+        return f"a {space.form} selection of {len(space):,} of {space.num_samples:,} ids"
     if isinstance(space, Mixture):
         return f"a mixture of {len(space.sizes)} sources, quotas {space.quotas}"
     return f"range({space:,})"

@@ -25,13 +25,15 @@ token plans and :mod:`~epochplan.planfile.space` for plans over an index
 space (a ``Selection`` or ``Mixture``, stored beside the rank files).
 
 Examples:
+    >>> from epochplan import PlanSpec
     >>> from epochplan.planfile import write_plan, open_plan
-    >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
+    >>> d = write_plan("plan", PlanSpec(10**6, 4096), 8, epochs=range(2))  # doctest: +SKIP
     >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from epochplan._native import PlanSpec
 from epochplan.planfile._checks import Progress
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import (
@@ -41,7 +43,6 @@ from epochplan.planfile.manifest import (
     PLAN_FILE_VERSION,
     FileEntry,
     Manifest,
-    PlanSpec,
     manifest_checksum,
     rank_file_name,
 )

@@ -28,6 +28,7 @@ from typing import Any
 
 import epochplan._native as _native
 from epochplan._args import int_arg
+from epochplan._native import PlanSpec
 from epochplan.planfile._checks import Progress, absolute, path_arg, progress_arg
 from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest import (
@@ -35,14 +36,13 @@ from epochplan.planfile.manifest import (
     PART_FILE,
     PART_FORMAT,
     Manifest,
-    PlanSpec,
     manifest_checksum,
     read_json,
 )
 from epochplan.planfile.publish import WriterLock, fsync_dir, new_partial, publish
 from epochplan.planfile.reader import PlanDirectory, open_plan
 from epochplan.planfile.space import SPACE_DIR
-from epochplan.planfile.write import _write_new_plan, checked_files
+from epochplan.planfile.write import _write_new_plan, checked_files, stored_space
 
 __all__ = ["Part", "is_part", "merge_plan", "verify_part", "write_plan_part"]
 
@@ -52,9 +52,9 @@ class Part:
     """Part ``index`` of ``count`` (``0 <= index < count``).
 
     Examples:
-        >>> Part.parse("2/8"), Part.from_environment({"SLURM_ARRAY_TASK_ID": "5",
+        >>> Part.parse("2/8"), Part.from_environment({"SLURM_ARRAY_TASK_ID": "4",
         ...     "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"})
-        (Part(index=2, count=8), Part(index=4, count=4))
+        (Part(index=2, count=8), Part(index=3, count=4))
     """
 
     index: int
@@ -112,14 +112,16 @@ def write_plan_part(
     (:func:`~epochplan.planfile.write_plan`).
 
     Examples:
-        >>> spec = PlanSpec.checked(10**4, 64, seed=1)  # doctest: +SKIP
+        >>> spec = PlanSpec(10**4, 64, seed=1)  # doctest: +SKIP
         >>> write_plan_part("parts/p0", spec, 8, Part(0, 4))  # doctest: +SKIP
     """
     out = absolute(path_arg(out, "out"))
     if not isinstance(spec, PlanSpec):
         raise TypeError(
-            f"spec must be a PlanSpec (PlanSpec.checked(...)), got {type(spec).__name__}"
+            "spec must be a PlanSpec (PlanSpec(num_samples, global_batch_size, ...)), got "
+            f"{type(spec).__name__}"
         )
+    stored_space(spec)
     if not isinstance(part, Part):
         raise TypeError(f"part must be a Part (Part(index, count)), got {type(part).__name__}")
     world_size, epoch_list = checked_files(world_size, epochs)
@@ -324,10 +326,9 @@ def verify_part(path: str | os.PathLike[str], *, progress: Progress | None = Non
     p = _read_part(absolute(path_arg(path, "path")))
     where = p.path / PART_FILE
     parsed = Manifest.parse(p.manifest, where, part=True)
-    space = None
-    if parsed.space is not None:
-        space = parsed.space.build(p.path, where)
     spec = parsed.spec
+    if parsed.space is not None:
+        spec = spec.replace(num_samples=parsed.space.build(p.path, where))
     total = sum(f.bytes for f in parsed.files)
     base = 0
     for epoch in parsed.epochs:
@@ -347,9 +348,8 @@ def verify_part(path: str | os.PathLike[str], *, progress: Progress | None = Non
             [f.bytes for f in entries],
             [f.blake3 for f in entries],
             parsed.world_size,
-            {**spec.as_dict(), "epoch": epoch},
+            spec.plan(epoch),
             progress=report,
-            space=space,
             ranks=[f.rank for f in entries],
         )
         base += sum(f.bytes for f in entries)

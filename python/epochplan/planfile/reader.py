@@ -16,11 +16,12 @@ import numpy.typing as npt
 
 import epochplan._native as _native
 from epochplan._args import int_arg
-from epochplan._native import EpochPlan, Mixture, Selection
+from epochplan._kinds import plan_fields
+from epochplan._native import EpochPlan, Mixture, MixtureEpoch, PlanSpec, Selection
 from epochplan._system import is_local_filesystem
 from epochplan.planfile._checks import absolute, path_arg
 from epochplan.planfile.errors import PlanError, plan_os_error
-from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest, PlanSpec
+from epochplan.planfile.manifest import MANIFEST, MAX_FILES, FileEntry, Manifest
 from epochplan.planfile.manifest.tokens import TokenFile, TokenInfo
 from epochplan.planfile.space import SPACE_DIR
 
@@ -69,7 +70,9 @@ class PlanDirectory:
         was opened: as with :meth:`rank_ids`, the file must not be cut short
         while the space is in use (the process would be killed by SIGBUS).
         :class:`~epochplan.torch.PlanSampler` does not read it."""
-        return self.spec.space
+        space = self.spec.space
+        assert not isinstance(space, MixtureEpoch)  # write_plan stores no epoch
+        return space
 
     @property
     def global_batch_size(self) -> int:
@@ -89,17 +92,17 @@ class PlanDirectory:
     @property
     def kind(self) -> str:
         """The kind of order."""
-        return self.spec.kind
+        return str(plan_fields(self.spec)["kind"])
 
     @property
     def chunk_size(self) -> int | None:
         """Samples per chunk (kind='chunked'), else None."""
-        return self.spec.chunk_size
+        return plan_fields(self.spec)["chunk_size"]  # type: ignore[no-any-return]
 
     @property
     def preload_nchunks(self) -> int | None:
         """Chunks per shuffle window (kind='chunked'), else None."""
-        return self.spec.preload_nchunks
+        return plan_fields(self.spec)["preload_nchunks"]  # type: ignore[no-any-return]
 
     @property
     def epochs(self) -> list[int]:
@@ -123,7 +126,7 @@ class PlanDirectory:
         checked (header, size, checksum), open for reading a range at a time."""
         tokens = self.tokens
         if tokens is None:
-            raise PlanError(f"{self.path}: the plan has no lengths (written without lengths=)")
+            raise PlanError(f"{self.path}: the plan has no lengths (its spec has no tokens)")
         if rank is not None:
             self._file_index(epoch, rank)
         entry = tokens.file(self.epoch_index(epoch), self.world_size, rank, role)
@@ -344,18 +347,10 @@ def _with_space(root: Path, parsed: Manifest, blocks_are_real: bool) -> Manifest
     space = info.build(root, where)
     spec = parsed.spec
     try:
-        checked = PlanSpec.checked(
-            space,
-            spec.global_batch_size,
-            seed=spec.seed,
-            kind=spec.kind,
-            chunk_size=spec.chunk_size,
-            preload_nchunks=spec.preload_nchunks,
-            drop_last=spec.drop_last,
-        )
+        checked = spec.replace(num_samples=space)
     except (ValueError, TypeError, OverflowError) as e:
         raise PlanError(f"{where}: bad plan parameters over the plan's space: {e}") from None
-    if checked != dataclasses.replace(spec, space=space):
+    if checked.num_samples != spec.num_samples:
         raise PlanError(
             f"{where}: num_samples is {spec.num_samples}, the plan's space holds "
             f"{checked.num_samples}"

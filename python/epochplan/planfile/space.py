@@ -188,7 +188,7 @@ def space_bytes(space: Selection | Mixture | None, block: int = 1) -> int:
     for sel in sels:
         if not isinstance(sel, Selection):
             continue
-        item = {"mask": 1, "indices": 8}.get(sel.kind)
+        item = {"mask": 1, "indices": 8}.get(sel.form)
         if item is not None:
             count = sel.num_samples if item == 1 else len(sel)
             total += -(-(_HEADER_ALLOWANCE + item * count) // block) * block
@@ -226,9 +226,9 @@ def _selection_spec(
 ) -> dict[str, Any]:
     """A selection's spec, its array (if any) written as ``space/PREFIXform.npy``."""
     n = sel.num_samples
-    if sel.kind == "ranges":
+    if sel.form == "ranges":
         return {"ranges": [[a, b] for a, b in sel.ranges or []], "num_samples": n}
-    if sel.kind == "split":
+    if sel.form == "split":
         part = sel.split_part
         if part is None:  # pragma: no cover - a split's part is always known
             raise RuntimeError("a random-split selection without its part")
@@ -237,15 +237,15 @@ def _selection_spec(
         if start == 0:
             return {"split": [length, rest], "part": 0, "num_samples": n, "seed": seed}
         return {"split": [start, length, rest], "part": 1, "num_samples": n, "seed": seed}
-    if sel.kind == "mask":
+    if sel.form == "mask":
         name = f"{SPACE_DIR}/{prefix}mask.npy"
         files.append(_save(tmp, name, sel.to_mask()))
         return {"mask": name}
-    if sel.kind == "indices":
+    if sel.form == "indices":
         name = f"{SPACE_DIR}/{prefix}indices.npy"
         files.append(_save(tmp, name, np.asarray(sel, dtype="<i8")))
         return {"indices": name, "num_samples": n}
-    raise TypeError(f"a selection of kind {sel.kind!r} cannot be stored in a plan directory")
+    raise TypeError(f"a selection of form {sel.form!r} cannot be stored in a plan directory")
 
 
 def _save(tmp: Path, name: str, array: npt.NDArray[Any]) -> SpaceFile:

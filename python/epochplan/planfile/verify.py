@@ -7,11 +7,10 @@ from pathlib import Path
 
 import epochplan._native as _native
 from epochplan._args import size_label
-from epochplan._native import Selection
+from epochplan._native import PlanSpec, Selection
 from epochplan._system import available_memory
 from epochplan.planfile._checks import Progress, path_arg, progress_arg
 from epochplan.planfile.errors import PlanError
-from epochplan.planfile.manifest import PlanSpec
 from epochplan.planfile.parts import is_part, verify_part
 from epochplan.planfile.reader import open_plan
 from epochplan.planfile.space import store_size
@@ -124,10 +123,9 @@ def verify_plan(path: str | os.PathLike[str], *, progress: Progress | None = Non
             [f.bytes for f in entries],
             [f.blake3 for f in entries],
             d.world_size,
-            {**d.spec.as_dict(), "epoch": epoch},
+            d.spec.plan(epoch),
             progress=report,
             compare_ids=compare,
-            space=d.space,
         )
         base += sum(f.bytes for f in entries)
     return compared

@@ -17,9 +17,8 @@ import numpy as np
 
 import epochplan._native as _native
 from epochplan._args import bool_arg, int_arg, size_label
-from epochplan._native import Mixture, MixtureEpoch, Selection
-from epochplan._oversize import apply_oversize, oversize_policy
-from epochplan._spec import TokenSpec
+from epochplan._native import Mixture, MixtureEpoch, PlanLayout, PlanSpec, Selection
+from epochplan._oversize import apply_oversize
 from epochplan._system import available_memory
 from epochplan._version import __version__
 from epochplan.planfile._checks import Progress, absolute, path_arg, progress_arg
@@ -30,7 +29,6 @@ from epochplan.planfile.manifest import (
     PART_FILE,
     FileEntry,
     Manifest,
-    PlanSpec,
     files_bytes,
     part_document,
     part_places,
@@ -55,66 +53,43 @@ __all__ = ["write_plan"]
 
 def write_plan(
     out: str | os.PathLike[str],
-    num_samples: int | Selection | Mixture,
-    global_batch_size: int,
+    spec: PlanSpec,
     world_size: int,
     *,
-    seed: int = 0,
     epochs: Iterable[int] = (0,),
-    kind: str = "cipher",
-    chunk_size: int | None = None,
-    preload_nchunks: int | None = None,
-    drop_last: bool = False,
-    force: bool = False,
-    progress: Progress | None = None,
-    lengths: Any = None,
-    loss_tokens: Any = None,
-    cost: str | tuple[float, float] = "tokens",
-    loss_normalization: str | None = None,
     micro_batch_size: int | None = None,
     max_tokens: int | None = None,
-    oversize: str = "error",
+    force: bool = False,
+    progress: Progress | None = None,
 ) -> PlanDirectory:
     """Writes the plan of ``epochs`` for ``world_size`` ranks to directory ``out``.
 
     Args:
         out: the plan directory to create (its parents are created too, and
             removed again if the write fails).
-        num_samples: samples per epoch, or the index space the plan permutes
-            (a :class:`~epochplan.Selection` or :class:`~epochplan.Mixture`),
-            as for :class:`epochplan.EpochPlan`. A space is stored in the
+        spec: the plan's parameters (a :class:`~epochplan.PlanSpec`; epoch
+            ``e``'s files hold ``spec.plan(e)``). A space is stored in the
             directory (its masks and id arrays beside the rank files) and
-            rebuilt by :func:`open_plan`; the files then hold store ids.
-        global_batch_size: samples per step over all ranks.
-        seed: the orders' seed.
-        kind: the kind of order (``"uniform"`` holds its permutation in memory).
-        chunk_size: samples per chunk (``kind="chunked"``).
-        preload_nchunks: chunks per shuffle window (``kind="chunked"``).
-        drop_last: drop the short last step.
+            rebuilt by :func:`open_plan`; the files then hold store ids. A
+            token plan's rank files hold the balanced dealing, with the
+            token files beside them (see the plan-file reference); an
+            ``np.memmap`` of lengths (``np.load(path, mmap_mode="r")``)
+            records its file, which ``verify_plan`` reads again.
         world_size: the number of ranks (one file per rank and epoch).
         epochs: the epochs to write (distinct ints).
+        micro_batch_size: the most samples per micro-batch (token plans).
+        max_tokens: the most tokens per micro-batch (token plans; with
+            micro_batch_size, either may be None, not both). A longer sample
+            is found before anything is written (one pass over the lengths)
+            and handled by the tokens' ``oversize`` policy: ``"error"``
+            names how many and the first ids, ``"skip"`` leaves them out
+            (the directory's space is the space less those ids);
+            ``"truncate"`` is for the samplers.
         force: replace ``out`` if it is an existing plan directory (an empty
             directory is written into without it).
         progress: called about ten times a second as
             ``progress(samples_written, samples_total)``; an exception raised
             by it (or a KeyboardInterrupt) stops the write and is re-raised.
-        lengths: a token plan: tokens per sample, a path to a ``.npy`` file
-            (memory-mapped) or an integer array (an ``np.memmap`` records
-            its file), one value per store id over a space. The rank files
-            then hold the balanced dealing, with the token files beside them
-            (see the plan-file reference).
-        loss_tokens: tokens per sample that count in the loss, as lengths
-            (default: the lengths).
-        cost: ``"tokens"`` or ``(a, b)`` for ``a*L + b*L**2``.
-        loss_normalization: ``"tokens"`` (default) or ``"samples"``.
-        micro_batch_size: the most samples per micro-batch (token plans).
-        max_tokens: the most tokens per micro-batch (token plans; with
-            micro_batch_size, either may be None, not both).
-        oversize: what a sample longer than ``max_tokens`` does, found
-            before anything is written (one pass over the lengths):
-            ``"error"`` (default; names how many and the first ids) or
-            ``"skip"`` (left out of the plan: the directory's space is the
-            space less those ids). ``"truncate"`` is for the samplers.
 
     Returns:
         The new plan directory.
@@ -124,7 +99,7 @@ def write_plan(
             or a file cannot be written. ValueError, TypeError: bad arguments.
 
     Examples:
-        >>> d = write_plan("plan", 10**6, 4096, 8, epochs=range(2))  # doctest: +SKIP
+        >>> d = write_plan("plan", PlanSpec(10**6, 4096), 8, epochs=range(2))  # doctest: +SKIP
     """
     # Absolute, so that "." or "dir/.." name the directory itself and its
     # hidden siblings land beside it.
@@ -132,36 +107,16 @@ def write_plan(
     if not out.name:
         raise PlanError(f"out must name a directory below the root, got {str(out)!r}")
     progress = progress_arg(progress)
-    # The plan's own arguments are checked by the plan (the values it returns
-    # are plain ints, as JSON needs); what only a plan directory has is
-    # checked here.
-    if isinstance(num_samples, MixtureEpoch):
+    if not isinstance(spec, PlanSpec):
         raise TypeError(
-            "num_samples must be the Mixture, not one of its epochs: the plan of epoch e "
-            "is planned over mixture.epoch(e)"
+            "spec must be a PlanSpec (PlanSpec(num_samples, global_batch_size, ...)), got "
+            f"{type(spec).__name__}"
         )
-    spec = PlanSpec.checked(
-        num_samples,
-        global_batch_size,
-        seed=seed,
-        kind=kind,
-        chunk_size=chunk_size,
-        preload_nchunks=preload_nchunks,
-        drop_last=drop_last,
-    )
+    stored_space(spec)
     world_size, epoch_list = checked_files(world_size, epochs)
     force = bool_arg(force, "force")  # a truthy string would replace a plan
-    spec = _skip_oversize(spec, lengths, loss_tokens, max_tokens, oversize)
-    tokens = _token_args(
-        spec,
-        world_size,
-        lengths,
-        loss_tokens,
-        cost,
-        loss_normalization,
-        micro_batch_size,
-        max_tokens,
-    )
+    spec = _skip_oversize(spec, max_tokens)
+    tokens = _token_args(spec, world_size, micro_batch_size, max_tokens)
 
     # Parents created for `out` go again if the write fails (when still empty).
     new_parents = [p for p in out.parents if not p.exists()]
@@ -175,95 +130,69 @@ def write_plan(
     return open_plan(out)
 
 
-def _skip_oversize(
-    spec: PlanSpec, lengths: Any, loss_tokens: Any, max_tokens: Any, oversize: Any
-) -> PlanSpec:
+def stored_space(spec: PlanSpec) -> Selection | Mixture | None:
+    """The space a plan directory stores of ``spec``: its Selection or
+    Mixture (a Mixture's epoch is refused: each epoch's plan is planned over
+    the mixture's own epoch)."""
+    space = spec.space
+    if isinstance(space, MixtureEpoch):
+        raise TypeError(
+            "spec must be over the Mixture, not one of its epochs: the plan of epoch e is "
+            "planned over mixture.epoch(e)"
+        )
+    return space
+
+
+def _skip_oversize(spec: PlanSpec, max_tokens: Any) -> PlanSpec:
     """The spec whose space leaves out the samples over ``max_tokens`` with
     ``oversize="skip"``; the spec itself otherwise."""
-    policy = oversize_policy(oversize)
-    if policy == "truncate":
+    tokens = spec.tokens
+    if tokens is not None and tokens.oversize == "truncate":
         raise ValueError(
             'oversize="truncate" is not available for plan files: give oversize="skip", '
-            'or truncate in the sampler (ElasticBatchSampler(..., oversize="truncate"))'
+            "or truncate in the sampler (ElasticBatchSampler(..., max_tokens=...))"
         )
-    if policy == "error" or lengths is None or max_tokens is None:
-        return spec
-    array = array_source(lengths, "lengths")[0]
-    loss = None if loss_tokens is None else array_source(loss_tokens, "loss_tokens")[0]
-    spec, _, _ = apply_oversize(spec, TokenSpec(array, loss), max_tokens, policy)
-    return spec
+    if max_tokens is not None:
+        max_tokens = int_arg(max_tokens, "max_tokens", 1)
+    return apply_oversize(spec, max_tokens)[0]
 
 
 @dataclass(frozen=True)
 class _TokenArgs:
-    """A token plan's checked arguments: the dealer's keyword arguments
-    (but the plan and epoch) and the manifest's record of them."""
+    """A token plan's checked caps (the dealer's keyword arguments) and the
+    manifest's record of its arrays and models."""
 
     kwargs: dict[str, Any]
     info: TokenInfo
 
     def dealer(self, spec: PlanSpec, epoch: int, world_size: int) -> _native.TokenDealer:
-        return _native.TokenDealer(
-            {**spec.as_dict(), "epoch": epoch}, world_size, **self.kwargs, space=spec.space
-        )
+        return _native.TokenDealer(spec.plan(epoch), world_size, **self.kwargs)
 
 
 def _token_args(
-    spec: PlanSpec,
-    world_size: int,
-    lengths: Any,
-    loss_tokens: Any,
-    cost: Any,
-    loss_normalization: Any,
-    micro_batch_size: Any,
-    max_tokens: Any,
+    spec: PlanSpec, world_size: int, micro_batch_size: Any, max_tokens: Any
 ) -> _TokenArgs | None:
     """The token arguments checked before any disk work (every value read
-    once for the digests, which finds a negative one), or None without
-    lengths."""
-    if lengths is None:
-        others = {
-            "loss_tokens": loss_tokens,
-            "loss_normalization": loss_normalization,
-            "micro_batch_size": micro_batch_size,
-            "max_tokens": max_tokens,
-        }
-        for name, value in others.items():
+    once for the digests, which finds a negative one), or None for a plan
+    without tokens."""
+    tokens = spec.tokens
+    if tokens is None:
+        for name, value in (("micro_batch_size", micro_batch_size), ("max_tokens", max_tokens)):
             if value is not None:
                 raise ValueError(
-                    f"{name} needs lengths: give lengths= (tokens per sample) for a token plan"
+                    f"{name} needs lengths: give the spec tokens=Tokens(lengths, ...) for a "
+                    "token plan"
                 )
-        if not (isinstance(cost, str) and cost == "tokens"):
-            raise ValueError(
-                "cost needs lengths: give lengths= (tokens per sample) for a token plan"
-            )
         return None
-    lengths, path, dtype, offset = array_source(lengths, "lengths")
+    _, path, dtype, offset = array_source(tokens.lengths, "lengths")
     loss_source: tuple[Any, ...] | None = None
-    if loss_tokens is not None:
-        loss_tokens, *rest = array_source(loss_tokens, "loss_tokens")
+    if tokens.loss_tokens is not None:
+        _, *rest = array_source(tokens.loss_tokens, "loss_tokens")
         loss_source = tuple(rest)
-    kwargs = {
-        "lengths": lengths,
-        "loss_tokens": loss_tokens,
-        "cost": cost,
-        "loss_normalization": loss_normalization,
-        "micro_batch_size": micro_batch_size,
-        "max_tokens": max_tokens,
-    }
-    # The arguments are checked by the dealer and by the plan, with their
-    # messages; the plan gives the defaults and the cost as a value.
-    dealer = _native.TokenDealer(
-        {**spec.as_dict(), "epoch": 0}, world_size, **kwargs, space=spec.space
-    )
-    plan = _native.EpochPlan(
-        spec.num_samples if spec.space is None else spec.space,
-        spec.global_batch_size,
-        lengths=lengths,
-        loss_tokens=loss_tokens,
-        cost=cost,
-        loss_normalization=loss_normalization,
-    )
+    kwargs = {"micro_batch_size": micro_batch_size, "max_tokens": max_tokens}
+    # The caps are checked by the dealer, with their messages.
+    plan = spec.plan(0)
+    dealer = _native.TokenDealer(plan, world_size, **kwargs)
     if max_tokens is not None and plan.num_steps:
         # Every sample over the cap, before any disk work: the plan's check
         # (one pass over the lengths) names how many and the first ids.
@@ -276,8 +205,8 @@ def _token_args(
     info = TokenInfo(
         ArraySource(path, dtype, offset, digest),
         loss_record,
-        plan.cost if plan.cost is not None else "tokens",
-        plan.loss_normalization,
+        tokens.cost,
+        tokens.loss_normalization,
         None if micro_batch_size is None else int(micro_batch_size),
         None if max_tokens is None else int(max_tokens),
         (),
@@ -366,20 +295,24 @@ def _write_new_plan(
     in a partial directory, then published as ``out``, or nothing left. With
     ``part`` (index, count; see :mod:`epochplan.planfile.parts`), only that
     part's rank files, and ``part.json`` in place of the manifest."""
-    counts = spec.rank_counts(world_size)
+    stored = stored_space(spec)
+    # Each rank's ids an epoch (a token plan's differ by rank, not in sum:
+    # its progress and disk counts use the strided shares' sum).
+    strided = PlanLayout(spec.num_samples, spec.global_batch_size, drop_last=spec.drop_last)
+    counts = [strided.rank_size(r, world_size) for r in range(world_size)]
     epochs = len(epoch_list)
     mine = part_places(world_size * epochs, part)
     if tokens is None:
 
         def need(block: int) -> int:
             written = [counts[k % world_size] for k in mine]
-            return files_bytes(written, 1, block) + space_bytes(spec.space, block)
+            return files_bytes(written, 1, block) + space_bytes(stored, block)
     else:
         has_loss = tokens.info.loss_tokens is not None
 
         def need(block: int) -> int:
             plan_bytes = token_plan_bytes(spec, world_size, epochs, has_loss, block)
-            return plan_bytes + space_bytes(spec.space, block)
+            return plan_bytes + space_bytes(stored, block)
 
     try:
         tmp, lock = _prepare_output(out, force, spec, need)
@@ -389,9 +322,9 @@ def _write_new_plan(
         files: list[FileEntry] = []
         token_files: list[TokenFile] = []
         space: SpaceInfo | None = None
-        if spec.space is not None:
+        if stored is not None:
             # First: a plan over a space the directory cannot rebuild is not written.
-            space = write_space(spec.space, tmp)
+            space = write_space(stored, tmp)
             fsync_dir(tmp / SPACE_DIR)
             fsync_dir(tmp)
         done = 0
@@ -427,11 +360,10 @@ def _write_new_plan(
             infos = _native.write_epoch_files(
                 [str(tmp / n) for n in names],
                 world_size,
-                {**spec.as_dict(), "epoch": epoch},
+                spec.plan(epoch),
                 progress=report,
                 # Errors name the files where they are published, not tmp.
                 display_paths=[str(out / n) for n in names],
-                space=spec.space,
                 ranks=ranks,
             )
             for rank, name, (count, nbytes, digest) in zip(ranks, names, infos, strict=True):
@@ -448,7 +380,7 @@ def _write_new_plan(
             spec,
             world_size,
             tuple(epoch_list),
-            spec.layout().num_steps,
+            spec.layout.num_steps,
             total_bytes,
             tuple(files),
             info,

@@ -42,11 +42,12 @@ class PlanState:
         sampler: the sampler whose plan position is saved and restored.
 
     Examples:
+        >>> import epochplan as ep
         >>> import epochplan.torch as et
-        >>> sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=2, rank=0)
+        >>> sampler = et.ElasticBatchSampler(ep.PlanSpec(10, 4), 2, rank=0, num_replicas=2)
         >>> state = PlanState(sampler)
         >>> state.step_done(0)
-        >>> other = PlanState(et.ElasticBatchSampler(10, 4, 4, num_replicas=1, rank=0))
+        >>> other = PlanState(et.ElasticBatchSampler(ep.PlanSpec(10, 4), 4, rank=0, num_replicas=1))
         >>> other.load_state_dict(state.state_dict())
         >>> [b.step for b in other.sampler]
         [1, 2]

@@ -106,13 +106,13 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
             raise TypeError(
                 f"dataset must be a sized dataset (with len()), got {type(dataset).__name__}"
             )
-        rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
+        rank, num_replicas = resolve_rank(rank, num_replicas, rank_fn=rank_fn)
         self.dataset = dataset
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
         self.shuffle = shuffle
-        self.seed = seed
+        self.seed = seed  # checked, and the order's key set, by the property
         self._n = len(dataset)
         if selection is not None:
             if not isinstance(selection, Selection):
@@ -126,7 +126,6 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
                 )
             self._n = len(selection)
         self.selection = selection
-        self._key = _seed_arg(seed, "seed")
         self._resume: int | None = None
         # Whether _resume came from a torchdata state, which has no epoch: then it
         # is the position in whichever epoch is set next (see load_state_dict).
@@ -134,6 +133,18 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
         self._progress = _ChunkProgress()
         self._epoch_set = False  # see keeps_set_epoch
         self._finished = False  # an iteration ran to the epoch's end (see check_iteration)
+
+    @property
+    def seed(self) -> int:
+        """The seed, as torch takes it: any int (the order is keyed by its
+        value mod 2**64); checked when set, and the next epoch's order is
+        keyed by it."""
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._key = _seed_arg(value, "seed")
+        self._seed = operator.index(value)
 
     @property
     def yielded(self) -> int:
@@ -288,12 +299,11 @@ class _StridedSampler(torch_distributed.DistributedSampler[int]):
                     "size only (ElasticBatchSampler resumes on any)"
                 )
         yielded = self._yielded_arg(state_dict["yielded"])
-        key = _seed_arg(state_dict["seed"], "state_dict['seed']")
+        _seed_arg(state_dict["seed"], "state_dict['seed']")
         _seed_arg(state_dict["epoch"], "state_dict['epoch']")
         self._interrupt()
         self._resume_any_epoch = False
-        self.seed = operator.index(state_dict["seed"])
-        self._key = key
+        self.seed = state_dict["seed"]
         epoch = operator.index(state_dict["epoch"])
         if keeps_set_epoch(self._epoch_set, self.epoch, epoch, yielded == self.num_samples):
             self._resume, self._progress = None, _ChunkProgress()

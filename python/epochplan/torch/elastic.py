@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 from collections.abc import Callable, Iterator, Sized
@@ -15,10 +14,16 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import Sampler
 
-from epochplan._args import bool_arg, int_arg, is_bool
-from epochplan._native import MAX_SAMPLES, EpochPlan, Mixture, MixtureEpoch, Selection
+from epochplan._args import int_arg, is_bool
+from epochplan._native import (
+    MAX_SAMPLES,
+    Chunked,
+    EpochPlan,
+    MixtureEpoch,
+    PlanSpec,
+    Selection,
+)
 from epochplan._oversize import OversizeReport, apply_oversize, report_of
-from epochplan._spec import PlanSpec, TokenSpec
 from epochplan._types import MicroBatch
 from epochplan.torch._resume import keeps_set_epoch
 from epochplan.torch._wrappers import check_iteration
@@ -32,7 +37,8 @@ T = TypeVar("T")
 
 class _SpecField(Generic[T]):
     """An attribute of a sampler that is a field of its :class:`PlanSpec`:
-    the parameters travel as one value, and setting one replaces it."""
+    the parameters travel as one value; setting one replaces the spec, the
+    new value checked at once (the next epoch's plan is made of it)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -51,7 +57,7 @@ class _SpecField(Generic[T]):
 
     def __set__(self, obj: ElasticBatchSampler, value: T) -> None:
         changes: dict[str, Any] = {self.name: value}
-        obj._spec = dataclasses.replace(obj._spec, **changes)
+        obj._spec = obj._spec.replace(**changes)
 
 
 def _num_samples_of(value: object, name: str) -> int:
@@ -84,10 +90,25 @@ def _num_samples_of(value: object, name: str) -> int:
 
 # torch's DataLoader and BatchSampler names, and what this sampler takes instead.
 _TORCH_NAMES = {
-    "batch_size": "global_batch_size= (samples per optimizer step over all ranks) and "
-    "micro_batch_size= (the most samples per micro-batch on a rank)",
-    "shuffle": "kind='identity' for the dataset's own order (every other kind shuffles)",
-    "sampler": "data_source_or_num_samples= (the dataset, N or an index space)",
+    "batch_size": "the spec's global_batch_size (samples per optimizer step over all "
+    "ranks) and micro_batch_size= (the most samples per micro-batch on a rank)",
+    "shuffle": "the spec kind='identity' for the dataset's own order (every other kind shuffles)",
+    "sampler": "spec= (PlanSpec(len(dataset), global_batch_size, ...), or an index space "
+    "in place of the length)",
+}
+# The plan's parameters, which travel in the spec.
+_SPEC_NAMES = {
+    "seed": "PlanSpec(..., seed=)",
+    "kind": "PlanSpec(..., kind=)",
+    "drop_last": "PlanSpec(..., drop_last=)",
+    "global_batch_size": "PlanSpec(num_samples, global_batch_size)",
+    "chunk_size": "PlanSpec(..., kind=Chunked(chunk_size, preload_nchunks))",
+    "preload_nchunks": "PlanSpec(..., kind=Chunked(chunk_size, preload_nchunks))",
+    "lengths": "PlanSpec(..., tokens=Tokens(lengths, ...))",
+    "loss_tokens": "PlanSpec(..., tokens=Tokens(lengths, loss_tokens))",
+    "cost": "PlanSpec(..., tokens=Tokens(lengths, cost=))",
+    "loss_normalization": "PlanSpec(..., tokens=Tokens(lengths, loss_normalization=))",
+    "oversize": "PlanSpec(..., tokens=Tokens(lengths, oversize=))",
 }
 
 P = ParamSpec("P")
@@ -100,10 +121,16 @@ def _refuse_torch_names(init: Callable[P, None]) -> Callable[P, None]:
 
     @functools.wraps(init)
     def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+        owner = type(args[0]).__name__ if args else "ElasticBatchSampler"
         for name, instead in _TORCH_NAMES.items():
             if name in kwargs:
-                owner = type(args[0]).__name__ if args else "ElasticBatchSampler"
                 raise TypeError(f"{owner}() takes no {name}=: give {instead}")
+        for name, instead in _SPEC_NAMES.items():
+            if name in kwargs:
+                raise TypeError(
+                    f"{owner}() takes no {name}=: the plan's parameters travel in its "
+                    f"spec: give {instead}"
+                )
         init(*args, **kwargs)
 
     return checked
@@ -147,34 +174,23 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     (docs/guides/frameworks.md).
 
     Args:
-        data_source_or_num_samples: the dataset (anything with ``len()``), N,
-            or an index space (``Selection`` or ``Mixture``) over the dataset.
-        global_batch_size: samples per optimizer step over all ranks (G).
+        spec: the plan's parameters (a :class:`~epochplan.PlanSpec`: N or an
+            index space, the global batch size G, seed, kind, drop_last and
+            a token plan's :class:`~epochplan.Tokens`); epoch ``e`` is
+            ``spec.plan(e)``.
         micro_batch_size: the most samples per micro-batch on a rank (b);
-            may be None with ``lengths`` and ``max_tokens``.
-        num_replicas: the world size; default: see :func:`resolve_rank`.
+            may be None for a token plan with ``max_tokens``.
+        max_tokens: the most tokens per micro-batch (token plans). A sample
+            longer is found at construction, in one pass over the lengths,
+            and handled by the tokens' ``oversize`` policy (``"error"``
+            names how many and the first ids; ``oversize_report`` says
+            which were truncated or skipped).
         rank: this process's rank; default: see :func:`resolve_rank`.
-        seed: the order's seed, the same on every rank.
-        kind: the order: ``"cipher"`` (default), ``"uniform"``, ``"chunked"``,
-            ``"identity"``.
-        drop_last: drop the short last step.
-        chunk_size: samples per chunk (``kind="chunked"``).
-        preload_nchunks: chunks per shuffle window (``kind="chunked"``; 1 when not
-            given).
+        num_replicas: the world size; default: see :func:`resolve_rank`.
         rank_fn: a ``() -> (rank, world_size)`` callable, the last fallback.
-        lengths: tokens per sample (N integers): a token plan.
-        loss_tokens: tokens per sample that count in the loss (default: lengths).
-        max_tokens: the most tokens per micro-batch (token plans).
-        cost: ``"tokens"`` or ``(a, b)`` for ``a*L + b*L**2``.
-        loss_normalization: ``"tokens"`` (default with lengths) or ``"samples"``.
-        oversize: what a sample longer than ``max_tokens`` does, found at
-            construction in one pass over the lengths: ``"error"`` (default;
-            names how many and the first ids), ``"truncate"`` (cut to its
-            first ``max_tokens`` tokens) or ``"skip"`` (left out of every
-            step and weight); ``oversize_report`` says which.
 
     Examples:
-        >>> sampler = ElasticBatchSampler(9, 9, 4, num_replicas=2, rank=1, seed=0)
+        >>> sampler = ElasticBatchSampler(PlanSpec(9, 9), 4, rank=1, num_replicas=2)
         >>> [len(mb) for mb in sampler], len(sampler)
         ([2, 2], 2)
         >>> loader = torch.utils.data.DataLoader(  # doctest: +SKIP
@@ -189,9 +205,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     num_samples: _SpecField[int] = _SpecField()
     global_batch_size: _SpecField[int] = _SpecField()
     seed: _SpecField[int] = _SpecField()
-    kind: _SpecField[str] = _SpecField()
-    chunk_size: _SpecField[int | None] = _SpecField()
-    preload_nchunks: _SpecField[int | None] = _SpecField()
+    kind: _SpecField[str | Chunked] = _SpecField()
     drop_last: _SpecField[bool] = _SpecField()
     #: The samples longer than ``max_tokens`` and what was done with them
     #: (None without lengths and a token cap).
@@ -200,90 +214,56 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     @_refuse_torch_names
     def __init__(
         self,
-        data_source_or_num_samples: Sized | int | Selection | Mixture,
-        global_batch_size: int,
-        micro_batch_size: int | None,
+        spec: PlanSpec,
+        micro_batch_size: int | None = None,
         *,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        seed: int = 0,
-        kind: str = "cipher",
-        drop_last: bool = False,
-        chunk_size: int | None = None,
-        preload_nchunks: int | None = None,
-        rank_fn: RankProvider | None = None,
-        lengths: Any = None,
-        loss_tokens: Any = None,
         max_tokens: int | None = None,
-        cost: str | tuple[float, float] = "tokens",
-        loss_normalization: str | None = None,
-        oversize: str = "error",
+        rank: int | None = None,
+        num_replicas: int | None = None,
+        rank_fn: RankProvider | None = None,
     ) -> None:
-        # Checked by the plan the first _build_plan makes.
-        space = data_source_or_num_samples
-        if isinstance(space, MixtureEpoch):
+        if not isinstance(spec, PlanSpec):
             raise TypeError(
-                "data_source_or_num_samples must be the Mixture, not one of its epochs: the "
-                "sampler plans epoch e over mixture.epoch(e)"
+                "spec must be a PlanSpec (PlanSpec(len(dataset), global_batch_size, "
+                f"seed=...)), got {type(spec).__name__}"
             )
-        spec = PlanSpec(
-            _num_samples_of(space, "data_source_or_num_samples"),
-            global_batch_size,
-            seed,
-            kind,
-            chunk_size,
-            preload_nchunks,
-            bool_arg(drop_last, "drop_last"),
-            space if isinstance(space, (Selection, Mixture)) else None,
-        )
-        tokens = None
-        if lengths is not None:
-            tokens = TokenSpec(lengths, loss_tokens, cost, loss_normalization)
-        elif loss_tokens is not None or loss_normalization is not None or cost != "tokens":
-            # The plan names the argument that needs lengths.
-            EpochPlan(
-                spec.num_samples,
-                spec.global_batch_size,
-                loss_tokens=loss_tokens,
-                cost=cost,
-                loss_normalization=loss_normalization,
+        if isinstance(spec.space, MixtureEpoch):
+            raise TypeError(
+                "spec must be over the Mixture, not one of its epochs: the sampler plans "
+                "epoch e over mixture.epoch(e)"
             )
+        max_tokens = None if max_tokens is None else int_arg(max_tokens, "max_tokens")
         # Samples over the cap, found before the first batch (one pass).
-        spec, tokens, report = apply_oversize(spec, tokens, max_tokens, oversize)
-        self._start(
-            spec,
-            micro_batch_size,
-            num_replicas,
-            rank,
-            rank_fn,
-            tokens=tokens,
-            max_tokens=max_tokens,
-        )
-        if report is None and tokens is not None and self.max_tokens is not None:
+        spec, report = apply_oversize(spec, max_tokens)
+        self._start(spec, micro_batch_size, rank, num_replicas, rank_fn, max_tokens=max_tokens)
+        if report is None and spec.tokens is not None and self.max_tokens is not None:
             report = report_of(self._plan, self.max_tokens)
         self.oversize_report = report
+
+    @property
+    def spec(self) -> PlanSpec:
+        """The plan's parameters: epoch ``e``'s plan is ``spec.plan(e)``."""
+        return self._spec
 
     def _start(
         self,
         spec: PlanSpec,
         micro_batch_size: int | None,
-        num_replicas: int | None,
         rank: int | None,
+        num_replicas: int | None,
         rank_fn: RankProvider | None,
         *,
-        tokens: TokenSpec | None = None,
         max_tokens: int | None = None,
     ) -> None:
         """Sets the sampler up for the plans of ``spec`` (a subclass that
-        brings its own spec calls this instead of ``__init__``), token plans
-        with ``tokens``."""
+        brings its own spec calls this instead of ``__init__``)."""
         self._spec = spec
-        self._tokens = tokens
+        tokens = spec.tokens
         if tokens is None or micro_batch_size is not None:
             micro_batch_size = int_arg(micro_batch_size, "micro_batch_size", 1, MAX_SAMPLES)
         self.micro_batch_size = micro_batch_size
-        self.max_tokens = None if max_tokens is None else int_arg(max_tokens, "max_tokens")
-        self.rank, self.num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
+        self.max_tokens = max_tokens
+        self.rank, self.num_replicas = resolve_rank(rank, num_replicas, rank_fn=rank_fn)
         self.epoch = 0
         self._resume: int | None = None
         self._next_step = 0
@@ -306,7 +286,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
     def _build_plan(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch`` (cursor 0); called at construction, by
         :meth:`set_epoch` and by :meth:`load_state_dict`."""
-        return self._spec.plan(epoch, self._tokens)
+        return self._spec.plan(epoch)
 
     def _step_ids(self, step: int) -> npt.NDArray[np.int64]:
         """This rank's real sample ids of ``step``, in dealing order (what
@@ -369,7 +349,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         first = self._resume or 0
         if first >= plan.num_steps:
             return 0
-        if self._tokens is not None:
+        if self._spec.tokens is not None:
             # Counts differ by step: counted from the lengths of every step left.
             return plan.at_step(first).total_micro_batches(
                 self.num_replicas, self.micro_batch_size, max_tokens=self.max_tokens
@@ -418,7 +398,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
                 "saved it; this sampler resumes from its own state_dict(), the plan's state"
             )
         try:
-            tokens = self._tokens
+            tokens = self._spec.tokens
             saved = EpochPlan.from_state_dict(
                 state_dict,
                 space=self._spec.space,
@@ -473,23 +453,10 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         return WeightedCollate(collate_fn, dtype)
 
     def __repr__(self) -> str:
-        extra = ""
-        if self.kind == "chunked":
-            extra = f", chunk_size={self.chunk_size}, preload_nchunks={self.preload_nchunks}"
         return (
-            f"{type(self).__name__}(num_samples={self.num_samples}, "
-            f"global_batch_size={self.global_batch_size}, "
-            f"micro_batch_size={self.micro_batch_size}, num_replicas={self.num_replicas}, "
-            f"rank={self.rank}, seed={self.seed}, kind={self.kind!r}{extra}, "
-            f"drop_last={self.drop_last}, epoch={self.epoch}{self._token_repr()})"
-        )
-
-    def _token_repr(self) -> str:
-        if self._tokens is None:
-            return ""
-        return (
-            f", lengths=<{self.num_samples} values>, max_tokens={self.max_tokens}, "
-            f"cost={self._tokens.cost!r}, loss_normalization={self._plan.loss_normalization!r}"
+            f"{type(self).__name__}(spec={self._spec!r}, "
+            f"micro_batch_size={self.micro_batch_size}, max_tokens={self.max_tokens}, "
+            f"rank={self.rank}, num_replicas={self.num_replicas}, epoch={self.epoch})"
         )
 
 
@@ -508,15 +475,16 @@ class ChunkSampler(ElasticBatchSampler):
     Distributed, exact, elastic and resumable like :class:`ElasticBatchSampler`
     (same items, state and weights).
 
-    ``batch_size`` is the global batch size (samples per step over all ranks),
-    so the global batches do not depend on the world size; by default each rank
-    gets one micro-batch of at most ``ceil(batch_size / num_replicas)`` samples
-    per step (``micro_batch_size=`` splits it further). On one process this is
-    the usual per-loader batch size.
+    ``global_batch_size`` samples a step over all ranks, so the global
+    batches do not depend on the world size; each rank gets one micro-batch
+    of at most ``ceil(global_batch_size / num_replicas)`` samples per step
+    (for smaller ones, ``ElasticBatchSampler(PlanSpec(n, G,
+    kind=Chunked(...)), micro_batch_size)``). On one process this is the
+    usual per-loader batch size.
 
     Examples:
-        >>> sampler = ChunkSampler(100, chunk_size=10, preload_nchunks=2, batch_size=8,
-        ...                        num_replicas=1, rank=0)
+        >>> sampler = ChunkSampler(100, 8, Chunked(10, preload_nchunks=2),
+        ...                        rank=0, num_replicas=1)
         >>> len(sampler), len(next(iter(sampler)))
         (13, 8)
     """
@@ -524,47 +492,30 @@ class ChunkSampler(ElasticBatchSampler):
     def __init__(
         self,
         num_samples: Sized | int | Selection,
-        chunk_size: int,
-        preload_nchunks: int,
-        batch_size: int,
+        global_batch_size: int,
+        chunked: Chunked,
         *,
-        num_replicas: int | None = None,
-        rank: int | None = None,
         seed: int = 0,
         drop_last: bool = False,
-        micro_batch_size: int | None = None,
+        rank: int | None = None,
+        num_replicas: int | None = None,
         rank_fn: RankProvider | None = None,
     ) -> None:
-        # Checked here so that messages name this class's arguments. A
-        # selection goes on to the plan: its chunks are chunks of the store.
+        # A selection goes on to the plan: its chunks are chunks of the store.
         space = num_samples if isinstance(num_samples, Selection) else None
-        num_samples = _num_samples_of(num_samples, "num_samples")
-        batch_size = int_arg(batch_size, "batch_size", 1, MAX_SAMPLES)
-        # Required here (None would fall back to ElasticBatchSampler's default).
-        chunk_size = int_arg(chunk_size, "chunk_size", 1, MAX_SAMPLES)
-        preload_nchunks = int_arg(preload_nchunks, "preload_nchunks", 1, MAX_SAMPLES)
-        rank, num_replicas = resolve_rank(num_replicas, rank, rank_fn=rank_fn)
-        if micro_batch_size is None:
-            micro_batch_size = -(-batch_size // num_replicas)
-        super().__init__(
-            num_samples if space is None else space,
-            batch_size,
-            micro_batch_size,
-            num_replicas=num_replicas,
-            rank=rank,
+        n = _num_samples_of(num_samples, "num_samples")
+        if not isinstance(chunked, Chunked):
+            raise TypeError(
+                "chunked must be a Chunked (Chunked(chunk_size, preload_nchunks)), got "
+                f"{type(chunked).__name__}"
+            )
+        spec = PlanSpec(
+            n if space is None else space,
+            global_batch_size,
             seed=seed,
-            kind="chunked",
+            kind=chunked,
             drop_last=drop_last,
-            chunk_size=chunk_size,
-            preload_nchunks=preload_nchunks,
         )
-        self.batch_size = batch_size
-
-    def __repr__(self) -> str:
-        return (
-            f"ChunkSampler(num_samples={self.num_samples}, chunk_size={self.chunk_size}, "
-            f"preload_nchunks={self.preload_nchunks}, batch_size={self.batch_size}, "
-            f"num_replicas={self.num_replicas}, rank={self.rank}, seed={self.seed}, "
-            f"drop_last={self.drop_last}, micro_batch_size={self.micro_batch_size}, "
-            f"epoch={self.epoch})"
-        )
+        rank, num_replicas = resolve_rank(rank, num_replicas, rank_fn=rank_fn)
+        micro_batch_size = -(-spec.global_batch_size // num_replicas)
+        super().__init__(spec, micro_batch_size, rank=rank, num_replicas=num_replicas)

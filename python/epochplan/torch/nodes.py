@@ -71,8 +71,9 @@ class SamplerWrapper(BaseNode[T], Generic[T]):  # type: ignore[misc]  # torchdat
 
     Examples:
         >>> from torchdata.nodes import Loader
+        >>> from epochplan import PlanSpec
         >>> from epochplan.torch import ElasticBatchSampler
-        >>> sampler = ElasticBatchSampler(10, 4, 2, num_replicas=2, rank=0)
+        >>> sampler = ElasticBatchSampler(PlanSpec(10, 4), 2, rank=0, num_replicas=2)
         >>> loader = Loader(SamplerWrapper(sampler))
         >>> [batch.step for batch in loader]
         [0, 1, 2]

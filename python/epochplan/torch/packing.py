@@ -175,10 +175,11 @@ class PackedCollate:
             ``max_tokens``).
 
     Examples:
+        >>> from epochplan import PlanSpec, Tokens
         >>> from epochplan.torch import ElasticBatchSampler
         >>> data = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
-        >>> sampler = ElasticBatchSampler(
-        ...     3, 3, None, num_replicas=1, rank=0, lengths=[3, 2, 4], max_tokens=9)
+        >>> spec = PlanSpec(3, 3, tokens=Tokens(np.array([3, 2, 4])))
+        >>> sampler = ElasticBatchSampler(spec, max_tokens=9, rank=0, num_replicas=1)
         >>> loader = torch.utils.data.DataLoader(
         ...     sampler.wrap_dataset(data), batch_sampler=sampler,
         ...     collate_fn=PackedCollate())

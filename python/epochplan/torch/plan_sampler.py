@@ -35,8 +35,8 @@ class PlanSampler(ElasticBatchSampler):
     this sampler never asks (its ids are in the files; a filler of an empty
     share is then the id at the layout's filler position, with weight 0).
 
-    Token plans (written with ``lengths=``): the micro-batches, caps and
-    weights are those of ``EpochPlan(..., lengths=...).micro_batches(rank,
+    Token plans (written with ``tokens=``): the micro-batches, caps and
+    weights are those of ``spec.plan(epoch).micro_batches(rank,
     W, micro_batch_size, max_tokens=...)`` for the caps the plan was written
     with, cut from the rank's own files (its ids, their lengths, its step
     offsets) and the epoch's step table, read sequentially: the global
@@ -91,7 +91,7 @@ class PlanSampler(ElasticBatchSampler):
                 )
             # The base class checks an int; the plan's caps replace it below.
             micro_batch_size = tokens.micro_batch_size or 1
-        self._start(d.spec, micro_batch_size, num_replicas, rank, rank_fn)
+        self._start(d.spec, micro_batch_size, rank, num_replicas, rank_fn)
         if tokens is not None:
             self.micro_batch_size = tokens.micro_batch_size
             self.max_tokens = tokens.max_tokens

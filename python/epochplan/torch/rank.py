@@ -46,8 +46,8 @@ def _env_int(name: str) -> int:
 
 
 def resolve_rank(
-    num_replicas: int | None = None,
     rank: int | None = None,
+    num_replicas: int | None = None,
     *,
     rank_fn: RankProvider | None = None,
 ) -> tuple[int, int]:
@@ -65,7 +65,7 @@ def resolve_rank(
         TypeError: a value is not an int.
 
     Examples:
-        >>> resolve_rank(4, 1)
+        >>> resolve_rank(1, 4)
         (1, 4)
     """
     if rank_fn is not None and not callable(rank_fn):

@@ -30,7 +30,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 ///     [(array([3]), array([0.5])), (array([1]), array([0.5]))]
 ///     >>> EpochPlan(9, 4).layout == layout
 ///     True
-#[pyclass(module = "epochplan._native", frozen, eq, hash)]
+#[pyclass(module = "epochplan._native", subclass, frozen, eq, hash)]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PlanLayout {
     layout: Layout,

@@ -5,6 +5,7 @@
 
 use crate::args::{int_arg, str_arg, MAX_I64};
 use crate::errors::IntoPyResult;
+use crate::spec::Tokens;
 use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
 use epochplan_core::space::Space;
 use epochplan_core::tokens::{truncated, Caps, Cost, Normalization, OversizeReport, OversizeScan};
@@ -32,29 +33,23 @@ pub struct TokenArrays {
 }
 
 impl TokenArrays {
-    /// Checked arrays of `num_samples` entries each.
-    pub fn new(
-        lengths: &Bound<'_, PyAny>,
-        loss_tokens: Option<&Bound<'_, PyAny>>,
-        num_samples: u64,
-    ) -> PyResult<TokenArrays> {
-        let lengths = array_arg(lengths, "lengths", num_samples)?;
-        let loss_tokens = loss_tokens
-            .map(|l| array_arg(l, "loss_tokens", num_samples))
-            .transpose()?;
+    /// The arrays of `tokens` for a store of `num_samples` samples (one
+    /// entry each), read cut to its `max_length`.
+    pub fn of(py: Python<'_>, tokens: &Tokens, num_samples: u64) -> PyResult<TokenArrays> {
+        let sized = |array: &Py<PyUntypedArray>, name: &str| -> PyResult<Py<PyUntypedArray>> {
+            checked_array(array.bind(py).as_any(), name, Some(num_samples))
+        };
         Ok(TokenArrays {
-            lengths,
-            loss_tokens,
-            max_length: None,
+            lengths: sized(&tokens.lengths, "lengths")?,
+            loss_tokens: tokens
+                .loss_tokens
+                .as_ref()
+                .map(|l| sized(l, "loss_tokens"))
+                .transpose()?,
+            max_length: tokens.max_length,
             digests: OnceLock::new(),
             oversize: Mutex::new(Vec::new()),
         })
-    }
-
-    /// The arrays read with every sample cut to `max_length` tokens.
-    pub fn truncated_to(mut self, max_length: Option<u64>) -> TokenArrays {
-        self.max_length = max_length;
-        self
     }
 
     /// Readers of the arrays for the duration of a GIL hold, as the plan
@@ -136,9 +131,13 @@ impl TokenArrays {
     }
 }
 
-/// `obj` as a 1-d integer numpy array of `num_samples` entries, held as it
-/// is (not copied) when it is one already.
-fn array_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> PyResult<Py<PyUntypedArray>> {
+/// `obj` as a 1-d integer numpy array (of `num_samples` entries, when
+/// given), held as it is (not copied) when it is one already.
+pub fn checked_array(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    num_samples: Option<u64>,
+) -> PyResult<Py<PyUntypedArray>> {
     let py = obj.py();
     let array = match obj.cast::<PyUntypedArray>() {
         Ok(a) => a.clone(),
@@ -166,9 +165,9 @@ fn array_arg(obj: &Bound<'_, PyAny>, name: &str, num_samples: u64) -> PyResult<P
             array.ndim()
         )));
     }
-    if array.len() as u64 != num_samples {
+    if let Some(n) = num_samples.filter(|&n| array.len() as u64 != n) {
         return Err(PyValueError::new_err(format!(
-            "{name} must hold one value per sample ({num_samples}), got {}",
+            "{name} must hold one value per sample ({n}), got {}",
             array.len()
         )));
     }

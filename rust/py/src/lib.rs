@@ -20,6 +20,7 @@ mod permutation;
 mod plan;
 mod planfile;
 mod space;
+mod spec;
 mod split;
 mod streaming_partition;
 mod streaming_shuffle;
@@ -39,6 +40,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::EpochPlan>()?;
     m.add_class::<layout::PlanLayout>()?;
     m.add_class::<plan::MicroBatches>()?;
+    m.add_class::<plan::RankPlan>()?;
+    m.add_class::<spec::PlanSpec>()?;
+    m.add_class::<spec::Chunked>()?;
+    m.add_class::<spec::Tokens>()?;
     m.add_function(wrap_pyfunction!(permutation::permutation, m)?)?;
     m.add_function(wrap_pyfunction!(split::split_range, m)?)?;
     m.add_function(wrap_pyfunction!(threads::set_num_threads, m)?)?;

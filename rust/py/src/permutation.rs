@@ -1,42 +1,29 @@
 //! `Permutation`, `permutation`, `split_range` and the thread controls.
 
 use crate::args::{
-    int_arg, is_position_array, opt_int_arg, position_arg, positions_arg, str_arg, Keyword,
-    MAX_I64, MAX_U64,
+    int_arg, is_position_array, position_arg, positions_arg, Keyword, MAX_I64, MAX_U64,
 };
 use crate::errors::IntoPyResult;
 use crate::space::Selection;
+use crate::spec::{kind_object, kind_params, kind_value};
 use epochplan_core::space::Selection as CoreSelection;
 use epochplan_core::{Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice, PyString, PyTuple};
+use pyo3::types::{PyDict, PySlice, PyTuple};
 use std::sync::Arc;
 
-/// Parses `kind` (+ the chunked parameters) from Python arguments.
-pub fn kind_arg(
-    kind: &Bound<'_, PyAny>,
-    chunk_size: Option<&Bound<'_, PyAny>>,
-    preload_nchunks: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Kind> {
-    let name = str_arg(kind, "kind")?;
-    let chunk_size = opt_int_arg(chunk_size, "chunk_size", 1, MAX_I64)?;
-    let preload_nchunks = opt_int_arg(preload_nchunks, "preload_nchunks", 1, MAX_I64)?;
-    Kind::parse(&name, chunk_size, preload_nchunks).py()
-}
-
 /// The checked arguments that select an order: `(num_samples, seed, epoch, kind)`,
-/// with `default_kind` when `kind` is None. Shared by every class and function
-/// that builds an order, so each argument is checked and named in one place.
+/// with `default_kind` when `kind` is omitted. Shared by every class and
+/// function that builds an order alone, so each argument is checked and
+/// named in one place.
 pub fn order_args(
     num_samples: &Bound<'_, PyAny>,
     seed: &Keyword<'_>,
     epoch: &Keyword<'_>,
     kind: &Keyword<'_>,
-    chunk_size: Option<&Bound<'_, PyAny>>,
-    preload_nchunks: Option<&Bound<'_, PyAny>>,
-    default_kind: &str,
+    default_kind: Kind,
 ) -> PyResult<(u64, u64, u64, Kind)> {
     let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;
     let key = |arg: &Keyword<'_>, name: &str| match arg.given() {
@@ -44,26 +31,7 @@ pub fn order_args(
         None => Ok(0),
     };
     let (seed, epoch) = (key(seed, "seed")?, key(epoch, "epoch")?);
-    let kind = match kind.given() {
-        Some(k) => kind_arg(k, chunk_size, preload_nchunks)?,
-        None => kind_arg(
-            &PyString::new(num_samples.py(), default_kind).into_any(),
-            chunk_size,
-            preload_nchunks,
-        )?,
-    };
-    Ok((n, seed, epoch, kind))
-}
-
-/// The chunked parameters of a kind, for reprs and pickling.
-pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
-    match kind {
-        Kind::Chunked {
-            chunk_size,
-            preload_nchunks,
-        } => (Some(chunk_size), Some(preload_nchunks)),
-        _ => (None, None),
-    }
+    Ok((n, seed, epoch, kind_value(kind, default_kind)?))
 }
 
 /// A keyed bijection of ``range(num_samples)``: position -> sample id,
@@ -94,9 +62,7 @@ pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
 /// Raises:
 ///     TypeError: an argument of the wrong type (None too, for seed, epoch
 ///         and kind).
-///     ValueError: a value outside its range, an unknown kind, chunk_size
-///         missing for kind="chunked", or chunk parameters given to another
-///         kind.
+///     ValueError: a value outside its range, or an unknown kind.
 ///     OverflowError: kind="uniform" with more ids than memory can hold.
 ///
 /// Examples:
@@ -139,8 +105,8 @@ impl Permutation {
     #[new]
     #[pyo3(
         signature = (num_samples, *, seed = Keyword::Omitted, epoch = Keyword::Omitted,
-                     kind = Keyword::Omitted, chunk_size = None, preload_nchunks = None),
-        text_signature = "(num_samples, *, seed=0, epoch=0, kind='cipher', chunk_size=None, preload_nchunks=None)"
+                     kind = Keyword::Omitted),
+        text_signature = "(num_samples, *, seed=0, epoch=0, kind='cipher')"
     )]
     fn new(
         py: Python<'_>,
@@ -148,8 +114,6 @@ impl Permutation {
         seed: Keyword<'_>,
         epoch: Keyword<'_>,
         kind: Keyword<'_>,
-        chunk_size: Option<&Bound<'_, PyAny>>,
-        preload_nchunks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let selection = num_samples
             .cast::<Selection>()
@@ -159,15 +123,7 @@ impl Permutation {
             Some(s) => s.get().core().len().into_pyobject(py)?.into_any(),
             None => num_samples.clone(),
         };
-        let (n, seed, epoch, kind) = order_args(
-            &count,
-            &seed,
-            &epoch,
-            &kind,
-            chunk_size,
-            preload_nchunks,
-            "cipher",
-        )?;
+        let (n, seed, epoch, kind) = order_args(&count, &seed, &epoch, &kind, Kind::Cipher)?;
         let order = py.detach(|| Order::new(n, seed, epoch, kind)).py()?;
         Ok(Self {
             order,
@@ -343,10 +299,7 @@ impl Permutation {
         let kwargs = PyDict::new(py);
         kwargs.set_item("seed", self.seed)?;
         kwargs.set_item("epoch", self.epoch)?;
-        kwargs.set_item("kind", self.order.kind().name())?;
-        let (chunk, preload_nchunks) = kind_params(self.order.kind());
-        kwargs.set_item("chunk_size", chunk)?;
-        kwargs.set_item("preload_nchunks", preload_nchunks)?;
+        kwargs.set_item("kind", kind_object(py, self.order.kind())?)?;
         let first = match &self.selection {
             Some(s) => s.bind(py).clone().into_any(),
             None => self.order.len().into_pyobject(py)?.into_any(),
@@ -354,21 +307,18 @@ impl Permutation {
         Ok((PyTuple::new(py, [first])?, kwargs))
     }
 
-    fn __repr__(&self) -> String {
-        let extra = match kind_params(self.order.kind()) {
-            (Some(c), Some(w)) => format!(", chunk_size={c}, preload_nchunks={w}"),
-            _ => String::new(),
-        };
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let kind = kind_object(py, self.order.kind())?;
         let over = match self.core_selection() {
             Some(sel) => format!("<Selection of {} ids>", sel.len()),
             None => self.order.len().to_string(),
         };
-        format!(
-            "Permutation(num_samples={over}, seed={}, epoch={}, kind='{}'{extra})",
+        Ok(format!(
+            "Permutation(num_samples={over}, seed={}, epoch={}, kind={})",
             self.seed,
             self.epoch,
-            self.order.kind().name()
-        )
+            kind.bind(py).repr()?
+        ))
     }
 }
 
@@ -380,8 +330,6 @@ impl Permutation {
 ///     seed: as for :class:`Permutation`.
 ///     epoch: as for :class:`Permutation`.
 ///     kind: as for :class:`Permutation`, but "uniform" by default.
-///     chunk_size: as for :class:`Permutation`.
-///     preload_nchunks: as for :class:`Permutation`.
 ///
 /// Raises:
 ///     TypeError, ValueError: as :class:`Permutation`.
@@ -395,8 +343,8 @@ impl Permutation {
 #[pyfunction]
 #[pyo3(
     signature = (num_samples, *, seed = Keyword::Omitted, epoch = Keyword::Omitted,
-                 kind = Keyword::Omitted, chunk_size = None, preload_nchunks = None),
-    text_signature = "(num_samples, *, seed=0, epoch=0, kind='uniform', chunk_size=None, preload_nchunks=None)"
+                 kind = Keyword::Omitted),
+    text_signature = "(num_samples, *, seed=0, epoch=0, kind='uniform')"
 )]
 pub fn permutation<'py>(
     py: Python<'py>,
@@ -404,18 +352,8 @@ pub fn permutation<'py>(
     seed: Keyword<'py>,
     epoch: Keyword<'py>,
     kind: Keyword<'py>,
-    chunk_size: Option<&Bound<'py, PyAny>>,
-    preload_nchunks: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let (n, seed, epoch, kind) = order_args(
-        num_samples,
-        &seed,
-        &epoch,
-        &kind,
-        chunk_size,
-        preload_nchunks,
-        "uniform",
-    )?;
+    let (n, seed, epoch, kind) = order_args(num_samples, &seed, &epoch, &kind, Kind::Uniform)?;
     const MAX_MATERIALISED: u64 = (isize::MAX as u64) / 8;
     if n > MAX_MATERIALISED {
         return Err(pyo3::exceptions::PyOverflowError::new_err(format!(

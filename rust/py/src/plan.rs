@@ -1,14 +1,14 @@
 //! `EpochPlan` and its micro-batch iterator.
 
-use crate::args::{int_arg, rank_args, sample_ids_arg, step_arg, Keyword, MAX_I64};
+use crate::args::{int_arg, rank_args, step_arg, Keyword, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
-use crate::layout::{self, batch_list, flags_arg, PlanLayout};
-use crate::lengths::{cost_arg, cost_value, normalization_arg, samples_cap_arg, TokenArrays};
-use crate::permutation::{kind_params, order_args};
+use crate::layout::{self, PlanLayout};
+use crate::lengths::{cost_value, TokenArrays};
+use crate::spec::{kind_params, normalization_name, PlanSpec, Tokens};
 use epochplan_core::dealing::Dealing;
 use epochplan_core::plan::Plan;
 use epochplan_core::space::Space;
-use epochplan_core::tokens::{Caps, Cost, Normalization};
+use epochplan_core::tokens::Caps;
 use epochplan_core::Layout;
 use epochplan_core::{Kind, Order};
 use numpy::{IntoPyArray, PyArray1};
@@ -19,22 +19,14 @@ use std::sync::{Arc, OnceLock};
 
 mod locate;
 mod micro;
+mod rank;
 pub(crate) mod space;
 mod state;
 mod tokens;
 
 pub use micro::MicroBatches;
+pub use rank::RankPlan;
 use space::{Given, PlanSpace};
-
-/// A token plan's optional arguments: lengths, loss_tokens, cost and
-/// loss_normalization.
-type TokenArgs<'a, 'py> = (
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-);
 
 /// Sample ids and their lengths, as two int64 arrays.
 type IdsAndLengths<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
@@ -68,43 +60,38 @@ enum MicroCaps {
 /// step), so ``(w * per_sample_loss).sum()``, accumulated over a step's
 /// micro-batches and averaged by DDP, is the mean over the step's samples.
 ///
+/// An ``EpochPlan`` is a :class:`PlanLayout` (its steps, shares, cuts and
+/// weights) with an order; ``plan.rank(rank, world_size)`` is one rank's
+/// view of it (:class:`RankPlan`), and ``plan.spec`` the
+/// :class:`PlanSpec` it is the epoch ``epoch`` of.
+///
 /// Args:
-///     num_samples: N (int in [0, 2**63 - 1]).
+///     num_samples: N (int in [0, 2**63 - 1]), or an index space, as for
+///         :class:`PlanSpec`.
 ///     global_batch_size: G, samples per optimizer step over all ranks
 ///         (int in [1, 2**63 - 1]).
 ///     seed: the order's seed, as for :class:`Permutation`.
 ///     epoch: the order's epoch, as for :class:`Permutation`.
-///     kind: the order's kind, as for :class:`Permutation`.
-///     chunk_size: as for :class:`Permutation` (kind="chunked").
-///     preload_nchunks: as for :class:`Permutation` (kind="chunked").
+///     kind: the order's kind, as for :class:`Permutation` (a name or a
+///         :class:`Chunked`).
 ///     drop_last: drop a short last step.
 ///     cursor: samples of the epoch already consumed, at a step boundary: a
 ///         multiple of G, or the end of the epoch (N, or with drop_last the
 ///         end of the last full step). The plan starts at the next step.
 ///         Resuming at any world size covers the rest of the epoch exactly
 ///         once.
-///     lengths: tokens per sample (a 1-d integer numpy array or np.memmap of
-///         N entries, any integer dtype): a token plan. The array is
-///         borrowed, never copied whole; a step reads its samples' entries.
-///         The steps stay the same; each is dealt balanced by cost, cut into
-///         micro-batches under ``max_tokens`` and weighted by tokens (see the
-///         token plans guide).
-///     loss_tokens: tokens per sample that count in the loss (as lengths;
-///         default: lengths).
-///     cost: what a sample costs by its length L: ``"tokens"`` (L, default)
-///         or ``(a, b)`` for ``a*L + b*L**2``.
-///     loss_normalization: ``"tokens"`` (default with lengths: weights
-///         ``W / T_t`` for each sample's summed token loss) or ``"samples"``
-///         (``W / n_t`` for each sample's mean loss).
+///     tokens: a token plan's :class:`Tokens` (lengths, loss tokens, cost,
+///         normalization): each step is dealt balanced by cost, cut into
+///         micro-batches under ``max_tokens`` and weighted by tokens (see
+///         the token plans guide).
 ///
 /// Raises:
 ///     TypeError: an argument of the wrong type (None too, for seed, epoch,
-///         kind, drop_last and cursor; lengths of a non-integer dtype).
+///         kind, drop_last and cursor).
 ///     ValueError: a value outside its range (the cursor off a step
-///         boundary, say), or a kind as :class:`Permutation` rejects; lengths
-///         of another size or dimension; loss_tokens, cost or
-///         loss_normalization without lengths. A negative length is named
-///         when its step is first read.
+///         boundary, say), or a kind as :class:`Permutation` rejects; token
+///         arrays of another size than the store. A negative length is
+///         named when its step is first read.
 ///     OverflowError: kind="uniform" with more ids than memory can hold, at
 ///         the first call that needs ids (its permutation is built then: a
 ///         plan used for its layout, its state or ids read from plan files
@@ -116,13 +103,16 @@ enum MicroCaps {
 ///     3
 ///     >>> plan.step_indices(0, 0, 2).tolist(), plan.step_indices(0, 1, 2).tolist()
 ///     ([7, 2], [3, 1])
-///     >>> plan.step_micro_batches(2, 1, 2, 2)  # rank 1 has no sample left: a filler
+///     >>> plan.rank(1, 2).step_micro_batches(2, 2)  # rank 1 has no sample left: a filler
 ///     [(array([8]), array([0.]))]
 ///     >>> EpochPlan.from_state_dict(plan.at_step(2).state_dict()).start_step
 ///     2
-#[pyclass(module = "epochplan._native", frozen)]
+#[pyclass(module = "epochplan._native", extends = PlanLayout, frozen)]
 #[derive(Debug)]
 pub struct EpochPlan {
+    /// The parameters the plan is of (shared with the plans `at_step` makes).
+    spec: Py<PlanSpec>,
+    /// The base class's layout, kept here too for the methods of this class.
     layout: Layout,
     seed: u64,
     epoch: u64,
@@ -132,10 +122,32 @@ pub struct EpochPlan {
     /// plan used for its layout, its state or ids read from plan files holds
     /// none. Shared with the plans `at_step` makes of this one.
     order: Arc<OnceLock<Order>>,
-    /// A token plan's arrays (shared with the plans `at_step` makes).
+    /// A token plan's arrays (the spec's).
     tokens: Option<Arc<TokenArrays>>,
     /// The index space (shared with the plans `at_step` makes).
     space: Arc<PlanSpace>,
+}
+
+/// A plan's state dict (see [`state`]).
+pub(crate) fn state_of<'py>(
+    plan: PyClassInitializer<EpochPlan>,
+    py: Python<'py>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let plan = Bound::new(py, plan)?;
+    state::to_dict(plan.get(), py)
+}
+
+/// The plan a state describes (see [`state`]); `label` names the document
+/// in messages ("state" or "spec").
+pub(crate) fn plan_of_state(
+    py: Python<'_>,
+    state: &Bound<'_, PyAny>,
+    space: Option<&Bound<'_, PyAny>>,
+    lengths: Option<&Bound<'_, PyAny>>,
+    loss_tokens: Option<&Bound<'_, PyAny>>,
+    label: &str,
+) -> PyResult<Py<EpochPlan>> {
+    state::from_dict(py, state, space, lengths, loss_tokens, label)
 }
 
 impl EpochPlan {
@@ -157,124 +169,100 @@ impl EpochPlan {
             .py()
     }
 
-    /// The plan of `given` (an int or an index space; a mixture continues
-    /// its sources from `consumed` when given), the other arguments as
-    /// `EpochPlan(...)` takes them.
-    #[allow(clippy::too_many_arguments)]
-    fn build(
-        py: Python<'_>,
+    /// The plan's layout, space and kind of order.
+    pub(crate) fn parts(&self) -> (&Layout, &Space, Kind) {
+        (&self.layout, &self.space.space, self.kind)
+    }
+
+    /// The plan's order (built now when it is a uniform one not built yet).
+    pub(crate) fn order_of(&self, py: Python<'_>) -> PyResult<Order> {
+        self.order(py).cloned()
+    }
+
+    /// A token plan's arrays.
+    pub(crate) fn token_arrays(&self) -> Option<&Arc<TokenArrays>> {
+        self.tokens.as_ref()
+    }
+
+    /// The epoch the plan is of.
+    pub(crate) fn epoch_number(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The spec the plan is of.
+    pub(crate) fn spec(&self) -> &Py<PlanSpec> {
+        &self.spec
+    }
+
+    /// The `epoch` and `cursor` arguments of a plan of `given`: a
+    /// `MixtureEpoch` fixes the epoch.
+    pub(crate) fn epoch_args(
         given: &Given,
-        consumed: Option<Vec<u64>>,
-        global_batch_size: &Bound<'_, PyAny>,
-        seed: Keyword<'_>,
-        epoch: Keyword<'_>,
-        kind: Keyword<'_>,
-        drop_last: Keyword<'_>,
-        cursor: Keyword<'_>,
-        chunk_size: Option<&Bound<'_, PyAny>>,
-        preload_nchunks: Option<&Bound<'_, PyAny>>,
-        tokens: TokenArgs<'_, '_>,
-    ) -> PyResult<Self> {
-        let positions = match given {
-            Given::Range(n) => *n,
-            Given::Selection(sel) => sel.bind(py).len()? as u64,
-            Given::Mixture { mixture, .. } => mixture.bind(py).len()? as u64,
+        epoch: &Keyword<'_>,
+        cursor: &Keyword<'_>,
+    ) -> PyResult<(u64, u64)> {
+        let number = match epoch.given() {
+            Some(e) => int_arg(e, "epoch", 0, MAX_U64)?,
+            None => 0,
         };
-        // A mixture's epoch keeps its stratified arrangement (each step
-        // shuffled before dealing): its order is the identity. One rule
-        // (docs/concepts/index-spaces.md): every API's default kind,
-        // "cipher", and "identity" are taken; any other kind is refused.
-        let mut kind = kind;
-        if given.is_mixture() {
-            if let Some(k) = kind.given() {
-                match k.extract::<String>().ok().as_deref() {
-                    Some("identity") | Some("cipher") => kind = Keyword::Omitted,
-                    _ => {
-                        return Err(PyValueError::new_err(format!(
-                            "kind does not apply to a plan over a Mixture, got kind={}: its \
-                             order is the mixture's stratified arrangement (each step \
-                             shuffled before dealing; plan.kind is 'identity'); leave kind \
-                             at its default 'cipher' or give 'identity'",
-                            k.repr()?
-                        )))
-                    }
-                }
-            }
-        }
-        let default_kind = if given.is_mixture() {
-            "identity"
-        } else {
-            "cipher"
-        };
-        let (n, seed, epoch_number, kind) = order_args(
-            &positions.into_pyobject(py)?.into_any(),
-            &seed,
-            &epoch,
-            &kind,
-            chunk_size,
-            preload_nchunks,
-            default_kind,
-        )?;
-        let epoch_number = match (given.fixed_epoch(), epoch.given()) {
-            (Some(fixed), Some(_)) if fixed != epoch_number => {
+        let number = match (given.fixed_epoch(), epoch.given()) {
+            (Some(fixed), Some(_)) if fixed != number => {
                 return Err(PyValueError::new_err(format!(
-                    "epoch must be the MixtureEpoch's ({fixed}), got {epoch_number}: give the \
+                    "epoch must be the MixtureEpoch's ({fixed}), got {number}: give the \
                      Mixture to plan another epoch"
                 )))
             }
             (Some(fixed), _) => fixed,
-            (None, _) => epoch_number,
+            (None, _) => number,
         };
-        let space = PlanSpace::new(py, given, seed, epoch_number, consumed)?;
-        let store = space.space.store_size(n);
-        let g = int_arg(global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let (drop_last, cursor) = flags_arg(&drop_last, &cursor)?;
-        let mut layout = Layout::new(n, g, drop_last, cursor).py()?;
-        let (lengths, loss_tokens, cost, loss_normalization, max_length) = tokens;
-        let max_length = crate::args::opt_int_arg(max_length, "max_length", 1, MAX_I64)?;
-        let cost = cost_arg(cost)?;
-        let normalization = normalization_arg(loss_normalization)?;
-        let tokens = match lengths.filter(|l| !l.is_none()) {
-            Some(lengths) => {
-                let arrays =
-                    TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), store)?
-                        .truncated_to(max_length);
-                let dealing = Dealing::Balanced {
-                    cost: cost.unwrap_or(Cost::Tokens),
-                };
-                let normalization = normalization.unwrap_or(Normalization::Tokens);
-                layout = layout.with_dealing(dealing, normalization).py()?;
-                Some(Arc::new(arrays))
-            }
-            None => {
-                for (name, given) in [
-                    ("loss_tokens", loss_tokens.is_some_and(|l| !l.is_none())),
-                    ("loss_normalization", normalization.is_some()),
-                    ("cost", cost.is_some_and(|c| c != Cost::Tokens)),
-                    ("max_length", max_length.is_some()),
-                ] {
-                    if given {
-                        return Err(PyValueError::new_err(format!(
-                            "{name} needs lengths: give lengths= (tokens per sample) too"
-                        )));
-                    }
-                }
-                None
-            }
+        let cursor = match cursor.given() {
+            Some(c) => int_arg(c, "cursor", 0, MAX_I64)?,
+            None => 0,
         };
+        Ok((number, cursor))
+    }
+
+    /// The plan of `spec` for `epoch` from `cursor` on; `consumed` continues
+    /// a mixture's sources (a state's).
+    pub(crate) fn from_spec(
+        py: Python<'_>,
+        spec: &Bound<'_, PlanSpec>,
+        epoch: u64,
+        cursor: u64,
+        consumed: Option<Vec<u64>>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let s = spec.get();
+        let layout = s.layout.with_cursor(cursor).py()?;
+        let space = PlanSpace::new(py, &s.given, s.seed, epoch, consumed)?;
         let order = Arc::new(OnceLock::new());
-        if kind != Kind::Uniform {
-            // O(1) to build: built now, so that every error comes from here.
-            let _ = order.set(Order::new(n, seed, epoch_number, kind).py()?);
+        if s.kind != Kind::Uniform {
+            let _ = order.set(Order::new(layout.num_samples(), s.seed, epoch, s.kind).py()?);
         }
-        Ok(Self {
+        Ok(
+            PyClassInitializer::from(PlanLayout::of(layout)).add_subclass(EpochPlan {
+                spec: spec.clone().unbind(),
+                layout,
+                seed: s.seed,
+                epoch,
+                kind: s.kind,
+                order,
+                tokens: s.tokens.as_ref().map(|t| Arc::clone(&t.arrays)),
+                space: Arc::new(space),
+            }),
+        )
+    }
+
+    /// The same plan with another layout (another cursor).
+    fn with_layout(&self, py: Python<'_>, layout: Layout) -> PyClassInitializer<Self> {
+        PyClassInitializer::from(PlanLayout::of(layout)).add_subclass(EpochPlan {
+            spec: self.spec.clone_ref(py),
             layout,
-            seed,
-            epoch: epoch_number,
-            kind,
-            order,
-            tokens,
-            space: Arc::new(space),
+            seed: self.seed,
+            epoch: self.epoch,
+            kind: self.kind,
+            order: Arc::clone(&self.order),
+            tokens: self.tokens.clone(),
+            space: Arc::clone(&self.space),
         })
     }
 }
@@ -285,11 +273,8 @@ impl EpochPlan {
     #[pyo3(
         signature = (num_samples, global_batch_size, *, seed = Keyword::Omitted,
                      epoch = Keyword::Omitted, kind = Keyword::Omitted,
-                     drop_last = Keyword::Omitted, cursor = Keyword::Omitted,
-                     chunk_size = None, preload_nchunks = None, lengths = None,
-                     loss_tokens = None, cost = None, loss_normalization = None,
-                     max_length = None),
-        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, chunk_size=None, preload_nchunks=None, lengths=None, loss_tokens=None, cost='tokens', loss_normalization=None, max_length=None)"
+                     drop_last = Keyword::Omitted, cursor = Keyword::Omitted, tokens = None),
+        text_signature = "(num_samples, global_batch_size, *, seed=0, epoch=0, kind='cipher', drop_last=False, cursor=0, tokens=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -300,30 +285,50 @@ impl EpochPlan {
         kind: Keyword<'_>,
         drop_last: Keyword<'_>,
         cursor: Keyword<'_>,
-        chunk_size: Option<&Bound<'_, PyAny>>,
-        preload_nchunks: Option<&Bound<'_, PyAny>>,
-        lengths: Option<&Bound<'_, PyAny>>,
-        loss_tokens: Option<&Bound<'_, PyAny>>,
-        cost: Option<&Bound<'_, PyAny>>,
-        loss_normalization: Option<&Bound<'_, PyAny>>,
-        max_length: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+        tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyClassInitializer<Self>> {
         let py = num_samples.py();
         let given = Given::parse(num_samples)?;
-        Self::build(
+        let (epoch, cursor) = Self::epoch_args(&given, &epoch, &cursor)?;
+        let spec = PlanSpec::build(
             py,
-            &given,
-            None,
+            given,
             global_batch_size,
-            seed,
-            epoch,
-            kind,
-            drop_last,
-            cursor,
-            chunk_size,
-            preload_nchunks,
-            (lengths, loss_tokens, cost, loss_normalization, max_length),
-        )
+            &seed,
+            &kind,
+            &drop_last,
+            tokens,
+        )?;
+        Self::from_spec(py, &Bound::new(py, spec)?, epoch, cursor, None)
+    }
+
+    /// The plan's parameters (a :class:`PlanSpec`): ``plan.spec.plan(e)``
+    /// is this plan's epoch ``e``.
+    #[getter(spec)]
+    fn spec_value(&self, py: Python<'_>) -> Py<PlanSpec> {
+        self.spec.clone_ref(py)
+    }
+
+    /// A token plan's :class:`Tokens`, or None.
+    #[getter]
+    fn tokens(&self, py: Python<'_>) -> Option<Py<Tokens>> {
+        self.spec
+            .get()
+            .tokens
+            .as_ref()
+            .map(|t| t.value.clone_ref(py))
+    }
+
+    /// Rank ``rank`` of ``world_size``'s view of the plan (a
+    /// :class:`RankPlan`): its ids, steps and micro-batches, the rank
+    /// checked once.
+    fn rank(
+        slf: &Bound<'_, Self>,
+        rank: &Bound<'_, PyAny>,
+        world_size: &Bound<'_, PyAny>,
+    ) -> PyResult<RankPlan> {
+        let (rank, world_size) = rank_args(rank, world_size)?;
+        Ok(RankPlan::new(slf.clone().unbind(), rank, world_size))
     }
 
     /// Samples longer than this are read cut to it (the tokens after the
@@ -390,10 +395,7 @@ impl EpochPlan {
     /// without lengths: "samples").
     #[getter]
     fn loss_normalization(&self) -> &'static str {
-        match self.layout.normalization() {
-            Normalization::Tokens => "tokens",
-            Normalization::Samples => "samples",
-        }
+        normalization_name(self.layout.normalization())
     }
 
     /// ``T_t``: the loss tokens of step ``step`` over all ranks (a token plan).
@@ -408,18 +410,6 @@ impl EpochPlan {
     #[getter]
     fn layout(&self) -> PlanLayout {
         PlanLayout::of(self.layout)
-    }
-
-    /// Samples in the epoch.
-    #[getter]
-    fn num_samples(&self) -> u64 {
-        self.layout.num_samples()
-    }
-
-    /// Samples per optimizer step over all ranks.
-    #[getter]
-    fn global_batch_size(&self) -> u64 {
-        self.layout.global_batch_size()
     }
 
     /// The seed of the epoch's order.
@@ -452,53 +442,17 @@ impl EpochPlan {
         kind_params(self.kind).1
     }
 
-    /// Whether the short last step is dropped.
-    #[getter]
-    fn drop_last(&self) -> bool {
-        self.layout.drop_last()
-    }
-
-    /// Samples consumed before this plan starts (a step boundary).
-    #[getter]
-    fn cursor(&self) -> u64 {
-        self.layout.cursor()
-    }
-
-    /// Steps in the whole epoch.
-    #[getter]
-    fn num_steps(&self) -> u64 {
-        self.layout.num_steps()
-    }
-
-    /// The first step this plan yields: cursor // global_batch_size, or
-    /// num_steps once the cursor is at the end of the epoch.
-    #[getter]
-    fn start_step(&self) -> u64 {
-        self.layout.start_step()
-    }
-
-    /// Steps this plan yields: num_steps - start_step.
-    #[getter]
-    fn remaining_steps(&self) -> u64 {
-        self.layout.remaining_steps()
-    }
-
-    /// Real samples in step `step`, over all ranks.
-    fn step_size(&self, step: &Bound<'_, PyAny>) -> PyResult<u64> {
-        layout::step_size(&self.layout, step)
-    }
-
-    /// Rank `rank`'s sample ids in step `step` (int64 array).
+    /// Rank `rank`'s sample ids in step `step` (int64 array); as
+    /// ``plan.rank(rank, world_size).step_indices(step)``.
     fn step_indices<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         step: &Bound<'py, PyAny>,
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        Ok(self
-            .rank_step(py, (step, rank, world_size), Of::Ids)?
-            .into_pyarray(py))
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::rank(slf, rank, world_size)?
+            .into_pyobject(slf.py())?
+            .call_method1("step_indices", (step,))
     }
 
     /// The source of each of rank `rank`'s samples in step `step`, in the
@@ -506,15 +460,14 @@ impl EpochPlan {
     /// for a plan over a Mixture (for per-source loss logging), 0 for any
     /// other plan.
     fn sources<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         step: &Bound<'py, PyAny>,
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        Ok(self
-            .rank_step(py, (step, rank, world_size), Of::Sources)?
-            .into_pyarray(py))
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::rank(slf, rank, world_size)?
+            .into_pyobject(slf.py())?
+            .call_method1("sources", (step,))
     }
 
     /// The plan's index space: the Selection or MixtureEpoch it permutes,
@@ -524,7 +477,8 @@ impl EpochPlan {
         self.space.object.as_ref().map(|o| o.bind(py).clone())
     }
 
-    /// All of rank `rank`'s sample ids from start_step on, in step order.
+    /// All of rank `rank`'s sample ids from start_step on, in step order;
+    /// as ``plan.rank(rank, world_size).indices()``.
     fn rank_indices<'py>(
         &self,
         py: Python<'py>,
@@ -532,18 +486,7 @@ impl EpochPlan {
         world_size: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let (rank, w) = rank_args(rank, world_size)?;
-        let plan = self.plan(py)?;
-        let ids = if self.tokens.is_some() {
-            let mut ids = Vec::new();
-            for step in self.layout.start_step()..self.layout.num_steps() {
-                let (samples, shares) = self.shares(py, &plan, step, w)?;
-                ids.extend(self.layout.dealt_ids(&samples, &shares, rank).py()?);
-            }
-            ids
-        } else {
-            py.detach(|| plan.rank_indices(rank, w)).py()?
-        };
-        Ok(ids.into_pyarray(py))
+        Ok(self.rank_ids(py, rank, w)?.into_pyarray(py))
     }
 
     /// Rank `rank`'s number of real samples from start_step on.
@@ -553,12 +496,8 @@ impl EpochPlan {
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        if self.tokens.is_some() {
-            let (rank, w) = rank_args(rank, world_size)?;
-            let (first, last) = (self.layout.start_step(), self.layout.num_steps());
-            return self.token_rank_len(py, first, last, rank, w);
-        }
-        layout::rank_size(&self.layout, rank, world_size)
+        let (rank, w) = rank_args(rank, world_size)?;
+        self.rank_len(py, rank, w)
     }
 
     /// Micro-batches of every rank in step `step` (a token plan: under
@@ -673,7 +612,8 @@ impl EpochPlan {
         )
     }
 
-    /// The micro-batches of one step: a list of (indices, weights) pairs.
+    /// The micro-batches of one step: a list of (indices, weights) pairs;
+    /// as ``plan.rank(rank, world_size).step_micro_batches(step, ...)``.
     #[pyo3(signature = (step, rank, world_size, micro_batch_size = None, *, max_tokens = None))]
     fn step_micro_batches<'py>(
         &self,
@@ -685,10 +625,9 @@ impl EpochPlan {
         max_tokens: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let step = step_arg(step, self.layout.num_steps(), false)?;
-        let (rank, w) = rank_args(rank, world_size)?;
+        let at = rank_args(rank, world_size)?;
         let caps = self.caps(micro_batch_size, max_tokens)?;
-        let batches = self.step_batches(py, &self.plan(py)?, step, rank, w, caps)?;
-        batch_list(py, batches)
+        self.step_micro_list(py, step, at, caps)
     }
 
     /// Cuts `ids` (rank `rank`'s real samples of step `step`, e.g. read from a
@@ -703,42 +642,12 @@ impl EpochPlan {
         step: &Bound<'py, PyAny>,
         rank: &Bound<'py, PyAny>,
         world_size: &Bound<'py, PyAny>,
-        micro_batch_size: &Bound<'py, PyAny>,
+        micro_batch_size: Option<&Bound<'py, PyAny>>,
         ids: &Bound<'py, PyAny>,
         max_tokens: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        if self.tokens.is_some() {
-            let step = step_arg(step, self.layout.num_steps(), false)?;
-            let (rank, w) = rank_args(rank, world_size)?;
-            // A sampler's per-step path: the sampler checked the whole
-            // plan at construction; a step's own dealing names any sample
-            // over the cap.
-            let caps = self.caps_checked(Some(micro_batch_size), max_tokens, false)?;
-            let plan = self.plan(py)?;
-            let given = sample_ids_arg(ids, "ids", plan.store_size())?;
-            let batches = self.step_batches(py, &plan, step, rank, w, caps)?;
-            let (samples, shares) = self.shares(py, &plan, step, w)?;
-            let share = self.layout.dealt_ids(&samples, &shares, rank).py()?;
-            if share != given {
-                return Err(PyValueError::new_err(format!(
-                    "ids must be rank {rank}'s {} samples of step {step} in the plan's \
-                     dealing order (step_indices({step}, {rank}, {w}))",
-                    share.len()
-                )));
-            }
-            return batch_list(py, batches);
-        }
-        if max_tokens.is_some_and(|m| !m.is_none()) {
-            samples_cap_arg(None, max_tokens)?;
-        }
-        let plan = self.plan(py)?;
-        layout::split_step(
-            py,
-            &self.layout,
-            (step, rank, world_size, micro_batch_size, ids),
-            plan.store_size(),
-            |position| plan.id_at(position),
-        )
+        let at = rank_args(rank, world_size)?;
+        self.split_ids(py, step, at, ids, (micro_batch_size, max_tokens))
     }
 
     /// Where step `step` starts inside rank `rank`'s share of the whole epoch
@@ -750,12 +659,9 @@ impl EpochPlan {
         rank: &Bound<'_, PyAny>,
         world_size: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        if self.tokens.is_some() {
-            let step = step_arg(step, self.layout.num_steps(), true)?;
-            let (rank, w) = rank_args(rank, world_size)?;
-            return self.token_rank_len(py, 0, step, rank, w);
-        }
-        layout::rank_step_offset(&self.layout, step, rank, world_size)
+        let step = step_arg(step, self.layout.num_steps(), true)?;
+        let (rank, w) = rank_args(rank, world_size)?;
+        self.step_offset(py, step, rank, w)
     }
 
     /// Yields, per step from start_step on, the list of that step's
@@ -777,16 +683,9 @@ impl EpochPlan {
     }
 
     /// The same plan started after `step` steps of the epoch.
-    fn at_step(&self, step: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Self {
-            layout: layout::at_step(&self.layout, step)?,
-            seed: self.seed,
-            epoch: self.epoch,
-            kind: self.kind,
-            order: Arc::clone(&self.order),
-            tokens: self.tokens.clone(),
-            space: Arc::clone(&self.space),
-        })
+    fn at_step(&self, py: Python<'_>, step: &Bound<'_, PyAny>) -> PyResult<Py<Self>> {
+        let layout = layout::at_step(&self.layout, step)?;
+        Py::new(py, self.with_layout(py, layout))
     }
 
     /// The constant-size, world-size independent state (JSON-serialisable).
@@ -806,8 +705,8 @@ impl EpochPlan {
         space: Option<&Bound<'_, PyAny>>,
         lengths: Option<&Bound<'_, PyAny>>,
         loss_tokens: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        state::from_dict(cls.py(), state, space, lengths, loss_tokens)
+    ) -> PyResult<Py<Self>> {
+        state::from_dict(cls.py(), state, space, lengths, loss_tokens, "state")
     }
 
     fn __reduce__<'py>(
@@ -837,31 +736,36 @@ impl EpochPlan {
         Ok((from_state, PyTuple::new(py, [state])?))
     }
 
-    fn __repr__(&self) -> String {
-        let p = &self.layout;
-        let extra = match kind_params(self.kind) {
-            (Some(c), Some(w)) => format!(", chunk_size={c}, preload_nchunks={w}"),
-            _ => String::new(),
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        // Another plan is equal when its state is (parameters, epoch, cursor,
+        // a mixture's consumed counts, spaces and arrays by digest); a
+        // plain layout is not a plan.
+        let Ok(other) = other.cast::<EpochPlan>() else {
+            return Ok(if other.is_instance_of::<PlanLayout>() {
+                false.into_pyobject(py)?.to_owned().into_any().unbind()
+            } else {
+                py.NotImplemented()
+            });
         };
-        let extra = match (&self.tokens, p.dealing()) {
-            (Some(t), Dealing::Balanced { cost }) => {
-                let cost = match cost {
-                    Cost::Tokens => "'tokens'".to_string(),
-                    Cost::Quadratic { a, b } => format!("({a:?}, {b:?})"),
-                };
-                format!(
-                    "{extra}, lengths=<{} values>, loss_tokens={}, cost={cost}, \
-                     loss_normalization='{}'",
-                    p.num_samples(),
-                    if t.loss_tokens.is_some() {
-                        "<given>"
-                    } else {
-                        "None"
-                    },
-                    self.loss_normalization()
-                )
-            }
-            _ => extra,
+        let same = self.layout == other.get().layout
+            && self.epoch == other.get().epoch
+            && self.state_dict(py)?.eq(other.get().state_dict(py)?)?;
+        Ok(same.into_pyobject(py)?.to_owned().into_any().unbind())
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.layout, self.seed, self.epoch, self.kind).hash(&mut h);
+        h.finish()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let p = &self.layout;
+        let kind = crate::spec::kind_object(py, self.kind)?;
+        let tokens = match self.spec.get().tokens.as_ref() {
+            Some(t) => format!(", tokens={}", t.value.bind(py).repr()?),
+            None => String::new(),
         };
         let space = match &self.space.space {
             Space::Range => String::new(),
@@ -872,17 +776,17 @@ impl EpochPlan {
                 epoch.len()
             ),
         };
-        format!(
-            "EpochPlan(num_samples={}, global_batch_size={}, seed={}, epoch={}, kind='{}'{extra}\
-             {space}, drop_last={}, cursor={}, num_steps={})",
+        Ok(format!(
+            "EpochPlan(num_samples={}, global_batch_size={}, seed={}, epoch={}, kind={}\
+             {space}, drop_last={}, cursor={}{tokens}, num_steps={})",
             p.num_samples(),
             p.global_batch_size(),
             self.seed,
             self.epoch,
-            self.kind.name(),
+            kind.bind(py).repr()?,
             if p.drop_last() { "True" } else { "False" },
             p.cursor(),
             p.num_steps()
-        )
+        ))
     }
 }

@@ -1,102 +1,16 @@
 //! Plan files: writing, verifying and checking rank `.npy` files, with the
 //! GIL released and a progress callback that holds it only while it runs.
 
-use crate::args::{bool_arg, int_arg, MAX_I64, MAX_U64};
+use crate::args::{int_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
-use crate::permutation::kind_arg;
-use crate::plan::space::{Given, PlanSpace};
-use epochplan_core::plan::Plan;
+use crate::plan::EpochPlan;
 use epochplan_core::planfile::{self, ExpectedFile, FileSink};
 use epochplan_core::space::Space;
-use epochplan_core::{Kind, Layout, Order};
+use epochplan_core::Kind;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
-
-/// The plan's parameters, as a dict with these keys.
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-pub(crate) struct PlanArgs<'py> {
-    num_samples: Bound<'py, PyAny>,
-    global_batch_size: Bound<'py, PyAny>,
-    seed: Bound<'py, PyAny>,
-    epoch: Bound<'py, PyAny>,
-    kind: Bound<'py, PyAny>,
-    chunk_size: Option<Bound<'py, PyAny>>,
-    preload_nchunks: Option<Bound<'py, PyAny>>,
-    drop_last: Bound<'py, PyAny>,
-}
-
-/// A plan file's plan, checked: its layout (from the epoch's start) and
-/// what selects its order.
-pub(crate) struct PlanSpec {
-    pub(crate) layout: Layout,
-    seed: u64,
-    epoch: u64,
-    kind: Kind,
-}
-
-impl PlanSpec {
-    pub(crate) fn parse(args: &PlanArgs<'_>) -> PyResult<PlanSpec> {
-        let n = int_arg(&args.num_samples, "num_samples", 0, MAX_I64)?;
-        let g = int_arg(&args.global_batch_size, "global_batch_size", 1, MAX_I64)?;
-        let seed = int_arg(&args.seed, "seed", 0, MAX_U64)?;
-        let epoch = int_arg(&args.epoch, "epoch", 0, MAX_U64)?;
-        let kind = kind_arg(
-            &args.kind,
-            args.chunk_size.as_ref(),
-            args.preload_nchunks.as_ref(),
-        )?;
-        let drop_last = bool_arg(&args.drop_last, "drop_last")?;
-        let layout = Layout::new(n, g, drop_last, 0).py()?;
-        Ok(PlanSpec {
-            layout,
-            seed,
-            epoch,
-            kind,
-        })
-    }
-
-    /// The epoch the plan is of.
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// The index space `space` gives (None or an int: `0..N`), for this
-    /// epoch (a Mixture's epoch `epoch`, with its default consumed counts).
-    pub(crate) fn space(
-        &self,
-        py: Python<'_>,
-        space: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Space> {
-        match space.filter(|s| !s.is_none()) {
-            None => Ok(Space::Range),
-            Some(obj) => {
-                let given = Given::parse(obj).map_err(|e| {
-                    PyErr::from_type(e.get_type(py), format!("space: {}", e.value(py)))
-                })?;
-                Ok(PlanSpace::new(py, &given, self.seed, self.epoch, None)?.space)
-            }
-        }
-    }
-
-    /// The plan of this spec over `space`, from the epoch's start.
-    pub(crate) fn plan(&self, py: Python<'_>, space: Option<&Bound<'_, PyAny>>) -> PyResult<Plan> {
-        let space = self.space(py, space)?;
-        Plan::from_parts(self.layout, self.order(py)?)
-            .and_then(|p| p.with_space(space))
-            .py()
-    }
-
-    /// The epoch's order, built without the GIL (kind="uniform"
-    /// materialises its permutation).
-    pub(crate) fn order(&self, py: Python<'_>) -> PyResult<Order> {
-        let n = self.layout.num_samples();
-        py.detach(|| Order::new(n, self.seed, self.epoch, self.kind))
-            .py()
-    }
-}
 
 fn world_arg(world_size: &Bound<'_, PyAny>) -> PyResult<u64> {
     int_arg(world_size, "world_size", 1, MAX_I64)
@@ -157,17 +71,16 @@ fn npy_header<'py>(py: Python<'py>, count: &Bound<'py, PyAny>) -> PyResult<Bound
 /// `display_paths[rank]` when given (the path it will have once a writer
 /// working in a temporary directory publishes it), else by its path.
 #[pyfunction]
-#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None, space = None, ranks = None))]
+#[pyo3(signature = (paths, world_size, plan, *, fsync = true, progress = None, display_paths = None, ranks = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_epoch_files(
     py: Python<'_>,
     paths: Vec<String>,
     world_size: &Bound<'_, PyAny>,
-    plan: PlanArgs<'_>,
+    plan: PyRef<'_, EpochPlan>,
     fsync: bool,
     progress: Option<Py<PyAny>>,
     display_paths: Option<Vec<String>>,
-    space: Option<&Bound<'_, PyAny>>,
     ranks: Option<Vec<u64>>,
 ) -> PyResult<Vec<(u64, u64, String)>> {
     let w = world_arg(world_size)?;
@@ -180,7 +93,7 @@ fn write_epoch_files(
             .map_err(|_| PyValueError::new_err("display_paths must hold one path per rank"))?;
         files = files.shown_as(shown).py()?;
     }
-    let plan = PlanSpec::parse(&plan)?.plan(py, space)?;
+    let plan = plan.plan(py)?;
     let infos = run_detached(py, progress, |report| {
         planfile::write_rank_files(&plan, w, &ranks, files, report)
     })?;
@@ -242,7 +155,7 @@ fn expected_files(
 /// whether every id was compared with the recomputed order (a uniform order
 /// is built only with `compare_ids` or for a dropped step).
 #[pyfunction]
-#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false, space = None, ranks = None))]
+#[pyo3(signature = (paths, counts, sizes, checksums, world_size, plan, *, progress = None, compare_ids = false, ranks = None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_epoch_files(
     py: Python<'_>,
@@ -251,34 +164,33 @@ fn verify_epoch_files(
     sizes: Vec<u64>,
     checksums: Vec<String>,
     world_size: &Bound<'_, PyAny>,
-    plan: PlanArgs<'_>,
+    plan: PyRef<'_, EpochPlan>,
     progress: Option<Py<PyAny>>,
     compare_ids: bool,
-    space: Option<&Bound<'_, PyAny>>,
     ranks: Option<Vec<u64>>,
 ) -> PyResult<bool> {
     let w = world_arg(world_size)?;
     let part = ranks.is_some();
     let ranks = ranks_arg(ranks, w)?;
     let files = expected_files(paths, counts, sizes, checksums, &ranks)?;
-    let spec = PlanSpec::parse(&plan)?;
-    let space = spec.space(py, space)?;
+    let (layout, space, kind) = plan.parts();
+    let space = space.clone();
     // A uniform table is built when the caller has room for it
     // (`compare_ids`) or when the ids left out by a short last step must be
     // known; without it the layout alone checks sizes and coverage, and the
     // ids are counted, not compared.
-    let layout = spec.layout;
+    let layout = *layout;
     let leaves_out = layout.cursor_at_step(layout.num_steps()) != layout.num_samples();
     let mixture = matches!(space, Space::Mixture { .. });
-    let order = if spec.kind != Kind::Uniform || leaves_out || compare_ids || mixture {
-        Some(spec.order(py)?)
+    let order = if kind != Kind::Uniform || leaves_out || compare_ids || mixture {
+        Some(plan.order_of(py)?)
     } else {
         None
     };
     if part {
         // Some of the epoch's files: each compared id by id (the epoch's
         // coverage is checked on the merged plan).
-        let order = spec.order(py)?;
+        let order = plan.order_of(py)?;
         run_detached(py, progress, |report| {
             planfile::verify_part_files(&layout, &order, &space, w, &files, report)
         })?;

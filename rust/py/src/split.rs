@@ -8,11 +8,11 @@ use pyo3::prelude::*;
 
 /// One rank's positions as (start, stop, step), without padding.
 #[pyfunction]
-#[pyo3(signature = (num_samples, world_size, rank, mode = None))]
+#[pyo3(signature = (num_samples, rank, world_size, mode = None))]
 pub fn split_range(
     num_samples: &Bound<'_, PyAny>,
-    world_size: &Bound<'_, PyAny>,
     rank: &Bound<'_, PyAny>,
+    world_size: &Bound<'_, PyAny>,
     mode: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(u64, u64, u64)> {
     let n = int_arg(num_samples, "num_samples", 0, MAX_I64)?;

@@ -5,17 +5,19 @@
 
 use crate::args::{int64_array, int_arg, opt_int_arg, MAX_I64};
 use crate::errors::IntoPyResult;
-use crate::lengths::{caps_arg, cost_arg, normalization_arg, TokenArrays};
-use crate::planfile::{run_detached, PlanArgs, PlanSpec};
+use crate::lengths::{caps_arg, TokenArrays};
+use crate::plan::EpochPlan;
+use crate::planfile::run_detached;
 use crate::token_slices::Guards;
-use epochplan_core::dealing::{negative_length, Dealing};
+use epochplan_core::dealing::negative_length;
 use epochplan_core::plan::Plan;
 use epochplan_core::planfile::{self, FileInfo, TokenArraysRef, TokenPaths};
-use epochplan_core::tokens::{cut_share, Caps, Cost, Normalization};
+use epochplan_core::tokens::{cut_share, Caps};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// A token plan's epoch as the plan-file writer deals it: the plan (order
 /// and balanced layout), its arrays and caps (and, for the manifest, the
@@ -24,7 +26,7 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub struct TokenDealer {
     plan: Plan,
-    tokens: TokenArrays,
+    tokens: Arc<TokenArrays>,
     caps: Caps,
     world_size: u64,
 }
@@ -34,42 +36,39 @@ type FileLists = (Vec<(u64, u64, String)>, Vec<(u64, u64, String)>);
 
 #[pymethods]
 impl TokenDealer {
-    /// The dealer of `plan` (a plan-file spec dict with its epoch) over
-    /// `world_size` ranks, under the caps; the arrays and models as
-    /// `EpochPlan` takes them.
+    /// The dealer of `plan` (a token plan from its epoch's start) over
+    /// `world_size` ranks, under the caps.
     #[new]
-    #[pyo3(signature = (plan, world_size, lengths, loss_tokens = None, cost = None, loss_normalization = None, *, micro_batch_size = None, max_tokens = None, space = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (plan, world_size, *, micro_batch_size = None, max_tokens = None))]
     fn new(
         py: Python<'_>,
-        plan: PlanArgs<'_>,
+        plan: PyRef<'_, EpochPlan>,
         world_size: &Bound<'_, PyAny>,
-        lengths: &Bound<'_, PyAny>,
-        loss_tokens: Option<&Bound<'_, PyAny>>,
-        cost: Option<&Bound<'_, PyAny>>,
-        loss_normalization: Option<&Bound<'_, PyAny>>,
         micro_batch_size: Option<&Bound<'_, PyAny>>,
         max_tokens: Option<&Bound<'_, PyAny>>,
-        space: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<TokenDealer> {
         let world_size = int_arg(world_size, "world_size", 1, MAX_I64)?;
-        let spec = PlanSpec::parse(&plan)?;
-        let cost = cost_arg(cost)?.unwrap_or(Cost::Tokens);
-        let normalization = normalization_arg(loss_normalization)?.unwrap_or(Normalization::Tokens);
         let caps = caps_arg(micro_batch_size, max_tokens)?;
-        let space = spec.space(py, space)?;
-        let store = space.store_size(spec.layout.num_samples());
-        let tokens = TokenArrays::new(lengths, loss_tokens.filter(|l| !l.is_none()), store)?;
-        let layout = spec
-            .layout
-            .with_dealing(Dealing::Balanced { cost }, normalization)
-            .py()?;
-        let plan = Plan::from_parts(layout, spec.order(py)?)
-            .and_then(|p| p.with_space(space))
-            .py()?;
+        let Some(tokens) = plan.token_arrays() else {
+            return Err(PyValueError::new_err(
+                "plan must be a token plan (tokens=Tokens(...))",
+            ));
+        };
+        if tokens.max_length.is_some() {
+            return Err(PyValueError::new_err(
+                "plan files store the lengths as given: a plan that cuts its samples \
+                 (max_length) cannot be written",
+            ));
+        }
+        let (layout, _, _) = plan.parts();
+        if layout.cursor() != 0 {
+            return Err(PyValueError::new_err(
+                "plan must start at its epoch's start (cursor 0)",
+            ));
+        }
         Ok(TokenDealer {
-            plan,
-            tokens,
+            plan: plan.plan(py)?,
+            tokens: Arc::clone(tokens),
             caps,
             world_size,
         })

@@ -4,8 +4,9 @@
 
 use crate::args::{int_arg, MAX_I64};
 use crate::errors::{to_py, IntoPyResult};
-use crate::lengths::{caps_arg, cost_arg, normalization_arg, TokenArrays};
-use crate::planfile::{run_detached, PlanArgs, PlanSpec};
+use crate::lengths::{caps_arg, cost_arg, normalization_arg};
+use crate::plan::EpochPlan;
+use crate::planfile::run_detached;
 use crate::token_slices::Guards;
 use epochplan_core::dealing::Dealing;
 use epochplan_core::plan::Plan;
@@ -40,11 +41,11 @@ fn expected(files: Vec<Listed>) -> Vec<ExpectedFile> {
 /// that differs is returned as the PlanError to raise (the caller checks
 /// the lengths' digests first), else None.
 #[pyfunction]
-#[pyo3(signature = (plan, world_size, ids, offsets, lengths_files, loss_files, steps, *, directory, cost = None, loss_normalization = None, micro_batch_size = None, max_tokens = None, space = None, lengths = None, loss_tokens = None, progress = None))]
+#[pyo3(signature = (plan, world_size, ids, offsets, lengths_files, loss_files, steps, *, directory, cost = None, loss_normalization = None, micro_batch_size = None, max_tokens = None, progress = None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_token_epoch(
     py: Python<'_>,
-    plan: PlanArgs<'_>,
+    plan: PyRef<'_, EpochPlan>,
     world_size: &Bound<'_, PyAny>,
     ids: Vec<Listed>,
     offsets: Vec<Listed>,
@@ -56,27 +57,32 @@ fn verify_token_epoch(
     loss_normalization: Option<&Bound<'_, PyAny>>,
     micro_batch_size: Option<&Bound<'_, PyAny>>,
     max_tokens: Option<&Bound<'_, PyAny>>,
-    space: Option<&Bound<'_, PyAny>>,
-    lengths: Option<&Bound<'_, PyAny>>,
-    loss_tokens: Option<&Bound<'_, PyAny>>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Option<Py<PyAny>>> {
     let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-    let spec = PlanSpec::parse(&plan)?;
-    let epoch = spec.epoch();
-    let cost = cost_arg(cost)?.unwrap_or(Cost::Tokens);
-    let normalization = normalization_arg(loss_normalization)?.unwrap_or(Normalization::Tokens);
+    let epoch = plan.epoch_number();
     let caps = caps_arg(micro_batch_size, max_tokens)?;
-    let space = spec.space(py, space)?;
-    let store = space.store_size(spec.layout.num_samples());
-    let layout = spec
-        .layout
-        .with_dealing(Dealing::Balanced { cost }, normalization)
+    // A token plan (with its arrays) is dealt as it deals; a plan without
+    // them by the models the manifest records.
+    let tokens = plan.token_arrays().cloned();
+    let (layout, space, _) = plan.parts();
+    let (layout, cost) = match (&tokens, layout.dealing()) {
+        (Some(_), Dealing::Balanced { cost }) => (*layout, cost),
+        _ => {
+            let cost = cost_arg(cost)?.unwrap_or(Cost::Tokens);
+            let normalization =
+                normalization_arg(loss_normalization)?.unwrap_or(Normalization::Tokens);
+            let layout = layout
+                .with_dealing(Dealing::Balanced { cost }, normalization)
+                .py()?;
+            (layout, cost)
+        }
+    };
+    let plan = Plan::from_parts(layout, plan.order_of(py)?)
+        .and_then(|p| p.with_space(space.clone()))
         .py()?;
-    let plan = Plan::from_parts(layout, spec.order(py)?)
-        .and_then(|p| p.with_space(space))
-        .py()?;
-    if loss_files.is_some() && lengths.is_some() != loss_tokens.is_some() {
+    let has_loss = tokens.as_ref().map(|t| t.loss_tokens.is_some());
+    if loss_files.is_some() && has_loss == Some(false) {
         return Err(PyValueError::new_err(
             "loss_tokens must be given with lengths when the plan has loss tokens",
         ));
@@ -88,11 +94,7 @@ fn verify_token_epoch(
         loss_tokens: loss_files.map(expected),
         steps: expected(vec![steps]).remove(0),
     };
-    let tokens = match lengths {
-        Some(l) => Some(TokenArrays::new(l, loss_tokens, store)?),
-        None => None,
-    };
-    let guards = tokens.as_ref().map(|t| Guards::new(py, t)).transpose()?;
+    let guards = tokens.as_deref().map(|t| Guards::new(py, t)).transpose()?;
     let slices = guards.as_ref().map(Guards::slices).transpose()?;
     let arrays = slices.as_ref().map(|(l, loss)| TokenArraysRef {
         lengths: l,

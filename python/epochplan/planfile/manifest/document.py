@@ -1,7 +1,7 @@
 """The manifest of a plan directory: what the files hold, parsed and checked once.
 
-A :class:`PlanSpec` is the parameters that decide a plan's ids (they travel
-together as one value); a :class:`Manifest` is the spec plus what a directory
+A :class:`~epochplan.PlanSpec` is the parameters that decide a plan's ids
+(one value); a :class:`Manifest` is the spec plus what a directory
 holds of it: the world size, the epochs and one :class:`FileEntry` per rank
 file. :meth:`Manifest.parse` checks every field against the spec (counts,
 sizes, paths, step count), so a reader trusts a ``Manifest`` it was given.
@@ -19,8 +19,8 @@ from typing import Any
 import epochplan._native as _native
 from epochplan._args import limit_label
 from epochplan._files import read_regular
-from epochplan._native import FORMAT_VERSION
-from epochplan._spec import PlanSpec
+from epochplan._kinds import kind_value, plan_fields
+from epochplan._native import FORMAT_VERSION, PlanSpec
 from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
 from epochplan.planfile.space import SPACE_PLAN_FILE_VERSION, SpaceInfo
@@ -32,7 +32,6 @@ __all__ = [
     "PLAN_FILE_VERSION",
     "FileEntry",
     "Manifest",
-    "PlanSpec",
     "manifest_checksum",
     "rank_file_name",
 ]
@@ -148,7 +147,7 @@ class Manifest:
             "plan_file_version": self.version,
             "format_version": FORMAT_VERSION,
             "created_by": created_by,
-            **self.spec.as_dict(),
+            **plan_fields(self.spec),
             "world_size": self.world_size,
             "epochs": list(self.epochs),
             "num_steps": self.num_steps,
@@ -257,18 +256,16 @@ class Manifest:
             if places != sorted(set(places)):
                 raise PlanError(f"{where}: the files of a part must be distinct and in order")
         try:
-            spec = PlanSpec.checked(
+            spec = PlanSpec(
                 m["num_samples"],
                 m["global_batch_size"],
                 seed=m["seed"],
-                kind=kind,
-                chunk_size=m.get("chunk_size"),
-                preload_nchunks=m.get("preload_nchunks"),
+                kind=kind_value(kind, m.get("chunk_size"), m.get("preload_nchunks")),
                 drop_last=m["drop_last"],
             )
         except (ValueError, TypeError, OverflowError) as e:
             raise PlanError(f"{where}: bad plan parameters: {e}") from None
-        num_steps = spec.layout().num_steps
+        num_steps = spec.layout.num_steps
         if type(m.get("num_steps")) is not int or m.get("num_steps") != num_steps:
             raise PlanError(
                 f"{where}: num_steps is {m.get('num_steps')!r}, the parameters give {num_steps}"

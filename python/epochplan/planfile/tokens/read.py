@@ -65,7 +65,7 @@ class TokenRankReader:
     def __init__(self, d: PlanDirectory, epoch: int, rank: int) -> None:
         info = d.tokens
         if info is None:
-            raise PlanError(f"{d.path}: the plan has no lengths (written without lengths=)")
+            raise PlanError(f"{d.path}: the plan has no lengths (its spec has no tokens)")
         self.info = info
         self.where = f"{d.path} (epoch {epoch}, rank {rank})"
         self._files: list[RankFile] = []

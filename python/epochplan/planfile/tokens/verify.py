@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 import epochplan._native as _native
+from epochplan._native import PlanSpec, Tokens
 from epochplan.planfile.errors import PlanError
 from epochplan.planfile.manifest import FileEntry
 from epochplan.planfile.manifest.tokens import ArraySource, TokenFile
@@ -53,22 +54,13 @@ def _listed(d: PlanDirectory, entry: TokenFile | FileEntry) -> tuple[str, int, i
     return (str(d.path / entry.path), entry.count, entry.bytes, entry.blake3)
 
 
-def _digests(d: PlanDirectory, file_lengths: Any, file_loss: Any) -> tuple[str, str | None]:
-    """The digests of the lengths files, as the plan's state records them."""
+def _token_spec(d: PlanDirectory, file_lengths: Any, file_loss: Any) -> PlanSpec:
+    """The directory's spec with the lengths files as its tokens."""
     info = d.tokens
     assert info is not None
-    dealer = _native.TokenDealer(
-        {**d.spec.as_dict(), "epoch": d.epochs[0]},
-        d.world_size,
-        file_lengths,
-        file_loss,
-        info.cost,
-        info.loss_normalization,
-        micro_batch_size=info.micro_batch_size,
-        max_tokens=info.max_tokens,
-        space=d.space,
-    )
-    return dealer.digests()
+    cost = info.cost if isinstance(info.cost, str) else (info.cost[0], info.cost[1])
+    tokens = Tokens(file_lengths, file_loss, cost=cost, loss_normalization=info.loss_normalization)
+    return d.spec.replace(tokens=tokens)
 
 
 def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | None) -> bool:
@@ -79,12 +71,14 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
     assert info is not None
     total = d.parsed.total_bytes
     reachable = lengths_unreachable(d) is None
-    file_lengths = file_loss = None
+    spec = d.spec
     if reachable:
         store = store_size(d.space, d.num_samples)
         file_lengths = _open_source(info.lengths, store)
+        file_loss = None
         if info.loss_tokens is not None:
             file_loss = _open_source(info.loss_tokens, store)
+        spec = _token_spec(d, file_lengths, file_loss)
     done = 0
     w = d.world_size
     for epoch in d.epochs:
@@ -93,8 +87,9 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
         def listed(role: str, index: int = index) -> list[tuple[str, int, int, str]]:
             return [_listed(d, info.file(index, w, r, role)) for r in range(w)]
 
+        plan = spec.plan(epoch)
         dealing = _native.verify_token_epoch(
-            {**d.spec.as_dict(), "epoch": epoch},
+            plan,
             w,
             [_listed(d, f) for f in d.parsed.epoch_files(index)],
             listed("offsets"),
@@ -106,14 +101,12 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
             loss_normalization=info.loss_normalization,
             micro_batch_size=info.micro_batch_size,
             max_tokens=info.max_tokens,
-            space=d.space,
-            lengths=file_lengths,
-            loss_tokens=file_loss,
         )
         if reachable and epoch == d.epochs[0]:
             loss_digest = None if info.loss_tokens is None else info.loss_tokens.digest
             recorded = (info.lengths.digest, loss_digest)
-            digests = _digests(d, file_lengths, file_loss)
+            state = plan.state_dict()
+            digests = (state["lengths_digest"], state["loss_tokens_digest"])
             if digests != recorded:
                 raise PlanError(
                     f"{d.path}: the lengths files' digests {digests} are not the manifest's "

@@ -15,7 +15,7 @@ import numpy as np
 
 import epochplan._native as _native
 from epochplan._files import map_npy
-from epochplan._spec import PlanSpec
+from epochplan._native import PlanSpec
 from epochplan.planfile._checks import path_arg
 from epochplan.planfile.manifest import FileEntry, rank_file_name
 from epochplan.planfile.manifest.tokens import STEP_COLUMNS, TokenFile, token_file_name
@@ -51,8 +51,9 @@ def token_plan_bytes(
 ) -> int:
     """About the disk a token plan takes (each file rounded up to whole
     blocks): its ids, lengths (and loss tokens), offsets and step tables."""
-    samples = sum(spec.rank_counts(world_size))
-    steps = spec.layout().num_steps
+    layout = spec.layout
+    steps = layout.num_steps
+    samples = min(steps * layout.global_batch_size, layout.num_samples)
     per_rank_files = 3 if has_loss else 2
     data = per_rank_files * (8 * samples + world_size * (_HEADER_BYTES + block))
     offsets = world_size * (8 * (steps + 1) + _HEADER_BYTES + block)

@@ -54,6 +54,51 @@ impl Given {
         matches!(self, Given::Mixture { .. })
     }
 
+    /// Positions in an epoch: N, or the space's length.
+    pub(crate) fn len(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(match self {
+            Given::Range(n) => *n,
+            Given::Selection(sel) => sel.bind(py).len()? as u64,
+            Given::Mixture {
+                epoch: Some(epoch), ..
+            } => epoch.bind(py).len()? as u64,
+            Given::Mixture { mixture, .. } => mixture.bind(py).len()? as u64,
+        })
+    }
+
+    /// The samples of the store the space's ids are of.
+    pub(crate) fn store_size(&self) -> u64 {
+        match self {
+            Given::Range(n) => *n,
+            Given::Selection(sel) => sel.get().core().num_samples(),
+            Given::Mixture { mixture, .. } => mixture.get().core().0.store_size(),
+        }
+    }
+
+    /// The object given (None for `0..N`).
+    pub(crate) fn object(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        match self {
+            Given::Range(_) => None,
+            Given::Selection(sel) => Some(sel.clone_ref(py).into_any()),
+            Given::Mixture {
+                epoch: Some(epoch), ..
+            } => Some(epoch.clone_ref(py).into_any()),
+            Given::Mixture { mixture, .. } => Some(mixture.clone_ref(py).into_any()),
+        }
+    }
+
+    /// Another reference to the same space.
+    pub(crate) fn clone_ref(&self, py: Python<'_>) -> Given {
+        match self {
+            Given::Range(n) => Given::Range(*n),
+            Given::Selection(sel) => Given::Selection(sel.clone_ref(py)),
+            Given::Mixture { mixture, epoch } => Given::Mixture {
+                mixture: mixture.clone_ref(py),
+                epoch: epoch.as_ref().map(|e| e.clone_ref(py)),
+            },
+        }
+    }
+
     /// The epoch a given `MixtureEpoch` fixes.
     pub(crate) fn fixed_epoch(&self) -> Option<u64> {
         match self {

@@ -4,7 +4,7 @@ use super::space::Given;
 use super::EpochPlan;
 use crate::args::{bool_arg, int_arg, opt_int_arg, str_arg, Keyword, MAX_I64, MAX_U64};
 use crate::lengths::cost_value;
-use crate::permutation::kind_params;
+use crate::spec::{kind_object, kind_of_state, kind_params, PlanSpec, Tokens};
 use epochplan_core::dealing::Dealing;
 use epochplan_core::FORMAT_VERSION;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -79,10 +79,11 @@ pub(super) fn from_dict(
     space: Option<&Bound<'_, PyAny>>,
     lengths: Option<&Bound<'_, PyAny>>,
     loss_tokens: Option<&Bound<'_, PyAny>>,
-) -> PyResult<EpochPlan> {
+    label: &str,
+) -> PyResult<Py<EpochPlan>> {
     let d = state.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!(
-            "state must be a dict, got {}",
+            "{label} must be a dict, got {}",
             state
                 .get_type()
                 .name()
@@ -100,30 +101,30 @@ pub(super) fn from_dict(
             || cut;
         if !known {
             return Err(PyValueError::new_err(format!(
-                "state has an unknown key {key}"
+                "{label} has an unknown key {key}"
             )));
         }
     }
     for k in STATE_KEYS {
         if !d.contains(k)? {
             return Err(PyValueError::new_err(format!(
-                "state is missing the key {k:?}"
+                "{label} is missing the key {k:?}"
             )));
         }
     }
     let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
         d.get_item(k)?
-            .ok_or_else(|| PyValueError::new_err(format!("state is missing the key {k:?}")))
+            .ok_or_else(|| PyValueError::new_err(format!("{label} is missing the key {k:?}")))
     };
     let version = int_arg(
         &get("format_version")?,
-        "state['format_version']",
+        &format!("{label}['format_version']"),
         0,
         MAX_U64,
     )?;
     if version != u64::from(FORMAT_VERSION) {
         return Err(PyValueError::new_err(format!(
-            "state['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
+            "{label}['format_version'] is {version}; this release reads format_version {FORMAT_VERSION}"
         )));
     }
     // Every value is checked here, so that a message names its key
@@ -135,20 +136,20 @@ pub(super) fn from_dict(
         ("epoch", 0, MAX_U64),
         ("cursor", 0, MAX_I64),
     ] {
-        int_arg(&get(k)?, &format!("state['{k}']"), lo, hi)?;
+        int_arg(&get(k)?, &format!("{label}['{k}']"), lo, hi)?;
     }
     for k in ["chunk_size", "preload_nchunks"] {
-        opt_int_arg(Some(&get(k)?), &format!("state['{k}']"), 1, MAX_I64)?;
+        opt_int_arg(Some(&get(k)?), &format!("{label}['{k}']"), 1, MAX_I64)?;
     }
-    str_arg(&get("kind")?, "state['kind']")?;
-    bool_arg(&get("drop_last")?, "state['drop_last']")?;
+    str_arg(&get("kind")?, &format!("{label}['kind']"))?;
+    bool_arg(&get("drop_last")?, &format!("{label}['drop_last']"))?;
     let tokens_in_state = TOKEN_KEYS
         .iter()
         .filter(|k| d.contains(**k).unwrap_or(false))
         .count();
     if tokens_in_state != 0 && tokens_in_state != TOKEN_KEYS.len() {
         return Err(PyValueError::new_err(format!(
-            "state must hold all of the keys {TOKEN_KEYS:?} of a token plan or none"
+            "{label} must hold all of the keys {TOKEN_KEYS:?} of a token plan or none"
         )));
     }
     let lengths = lengths.filter(|l| !l.is_none());
@@ -173,10 +174,16 @@ pub(super) fn from_dict(
         (None, None)
     };
     let given = |k: &str| get(k).map(Keyword::Given);
-    let (chunk_size, preload_nchunks) = (get("chunk_size")?, get("preload_nchunks")?);
+    let chunk_size = opt_int_arg(Some(&get("chunk_size")?), "chunk_size", 1, MAX_I64)?;
+    let preload_nchunks = opt_int_arg(
+        Some(&get("preload_nchunks")?),
+        "preload_nchunks",
+        1,
+        MAX_I64,
+    )?;
     // What the constructor checks across keys (the kind's name, a cursor
     // off the step boundaries) says it is about the state.
-    let in_state = |e: PyErr| PyErr::from_type(e.get_type(py), format!("state: {}", e.value(py)));
+    let in_state = |e: PyErr| PyErr::from_type(e.get_type(py), format!("{label}: {}", e.value(py)));
     let saved_space = d.get_item(SPACE_KEY)?;
     let space = space.filter(|s| !s.is_none());
     let (space_given, consumed) = match (&saved_space, space) {
@@ -225,32 +232,44 @@ pub(super) fn from_dict(
         }
         (None, None) => (Given::parse(&get("num_samples")?)?, None),
     };
-    EpochPlan::build(
-        py,
-        &space_given,
-        consumed,
-        &get("global_batch_size")?,
-        given("seed")?,
-        given("epoch")?,
-        given("kind")?,
-        given("drop_last")?,
-        given("cursor")?,
-        Some(&chunk_size),
-        Some(&preload_nchunks),
-        (
-            lengths,
-            loss_tokens,
-            cost.as_ref(),
-            normalization.as_ref(),
-            d.get_item(MAX_LENGTH_KEY)?.as_ref(),
-        ),
-    )
-    .map_err(in_state)
-    .and_then(|plan| {
+    let build = || -> PyResult<Py<EpochPlan>> {
+        let kind = kind_of_state(&get("kind")?, chunk_size, preload_nchunks)?;
+        let tokens = match lengths {
+            Some(lengths) => {
+                let kwargs = PyDict::new(py);
+                kwargs.set_item("cost", cost.as_ref())?;
+                kwargs.set_item("loss_normalization", normalization.as_ref())?;
+                kwargs.set_item("max_length", d.get_item(MAX_LENGTH_KEY)?)?;
+                Some(
+                    py.get_type::<Tokens>()
+                        .call((lengths, loss_tokens), Some(&kwargs))?,
+                )
+            }
+            None => None,
+        };
+        let spec = PlanSpec::build(
+            py,
+            space_given,
+            &get("global_batch_size")?,
+            &given("seed")?,
+            &Keyword::Given(kind_object(py, kind)?.into_bound(py)),
+            &given("drop_last")?,
+            tokens.as_ref(),
+        )?;
+        let (epoch, cursor) =
+            EpochPlan::epoch_args(&spec.given, &given("epoch")?, &given("cursor")?)?;
+        let spec = Bound::new(py, spec)?;
+        Py::new(
+            py,
+            EpochPlan::from_spec(py, &spec, epoch, cursor, consumed)?,
+        )
+    };
+    build().map_err(in_state).and_then(|plan| {
+        let checked = plan.get();
         if let Some(saved) = &saved_space {
-            plan.space.check_state(py, saved)?;
+            checked.space.check_state(py, saved)?;
         }
-        if let Some(tokens) = &plan.tokens {
+        if let Some(tokens) = &checked.tokens {
             let (lengths, loss) = tokens.digests(py)?;
             let saved: String = get("lengths_digest")?.extract()?;
             if *lengths != saved {

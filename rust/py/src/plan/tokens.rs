@@ -2,7 +2,6 @@
 //! step by its lengths (a plan without lengths deals by position).
 
 use super::{EpochPlan, MicroCaps, Of};
-use crate::args::{rank_args, step_arg};
 use crate::errors::IntoPyResult;
 use crate::lengths::{caps_arg, samples_cap_arg};
 use epochplan_core::dealing::{SampleLengths, StepSamples};
@@ -124,11 +123,9 @@ impl EpochPlan {
     pub(super) fn rank_step(
         &self,
         py: Python<'_>,
-        (step, rank, world_size): (&Bound<'_, PyAny>, &Bound<'_, PyAny>, &Bound<'_, PyAny>),
+        (step, rank, w): (u64, u64, u64),
         of: Of,
     ) -> PyResult<Vec<i64>> {
-        let step = step_arg(step, self.layout.num_steps(), false)?;
-        let (rank, w) = rank_args(rank, world_size)?;
         let plan = self.plan(py)?;
         if self.tokens.is_some() {
             let (mut samples, shares) = self.shares(py, &plan, step, w)?;

@@ -394,7 +394,7 @@ impl Selection {
     ///
     /// Examples:
     ///     >>> sel = Selection.from_indices([9, 0, 4], 10)
-    ///     >>> sel.kind, len(sel), 4 in sel, 5 in sel
+    ///     >>> sel.form, len(sel), 4 in sel, 5 in sel
     ///     ('indices', 3, True, False)
     #[classmethod]
     fn from_indices(
@@ -462,9 +462,9 @@ impl Selection {
     }
 
     /// The representation: "ranges", "mask", "indices" or "split" (a part
-    /// of a random split).
+    /// of a random split). (``kind`` is always an order's.)
     #[getter]
-    fn kind(&self) -> &'static str {
+    fn form(&self) -> &'static str {
         kind_name(self.sel.kind())
     }
 
@@ -651,7 +651,7 @@ impl Selection {
             String::new()
         };
         format!(
-            "Selection(kind='{}', len={}, num_samples={n}{extra})",
+            "Selection(form='{}', len={}, num_samples={n}{extra})",
             kind_name(sel.kind()),
             sel.len()
         )
