@@ -396,7 +396,6 @@ class TokenDealer:
         micro_batch_size: int | None = None,
         max_tokens: int | None = None,
     ) -> None: ...
-    def digests(self) -> tuple[str, str | None]: ...
     def write_files(
         self,
         ids: list[str],
@@ -537,6 +536,7 @@ _testing: _Testing
 
 # Index spaces (rust/py/src/space.rs).
 class Selection:
+    def digest(self) -> str: ...
     @classmethod
     def from_ranges(
         cls, ranges: Iterable[tuple[int, int] | slice], num_samples: int
@@ -603,6 +603,7 @@ class Mixture:
     def epoch(self, epoch: int = 0, consumed: Sequence[int] | None = None) -> MixtureEpoch: ...
 
 class MixtureEpoch:
+    def digest(self) -> str: ...
     @property
     def epoch(self) -> int: ...
     @property

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 import epochplan._native as _native
-from epochplan._native import EpochPlan, Mixture, Selection
+from epochplan._native import Mixture, Selection
 from epochplan._space_spec import space_from_spec, store_size
 from epochplan.planfile.errors import PlanError, plan_os_error
 
@@ -60,9 +60,11 @@ _HEADER_ALLOWANCE = 128
 
 
 def space_digest(space: Selection | Mixture) -> str:
-    """The space's digest, as ``EpochPlan(space, ...).state_dict()`` records it."""
-    digest: str = EpochPlan(space, 1).state_dict()["space"]["digest"]
-    return digest
+    """The space's digest, as the state of a plan over it records it (a
+    mixture's of its first epoch, the epoch a plan file's space starts at)."""
+    if isinstance(space, Selection):
+        return space.digest()
+    return space.epoch(0).digest()
 
 
 @dataclass(frozen=True)

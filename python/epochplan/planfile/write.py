@@ -189,15 +189,22 @@ def _token_args(
     if tokens.loss_tokens is not None:
         _, *rest = array_source(tokens.loss_tokens, "loss_tokens")
         loss_source = tuple(rest)
-    kwargs = {"micro_batch_size": micro_batch_size, "max_tokens": max_tokens}
-    # The caps are checked by the dealer, with their messages.
+    if tokens.max_length is not None:
+        raise ValueError(
+            "plan files store the lengths as given: tokens that cut the samples "
+            f"(max_length={tokens.max_length}) cannot be written"
+        )
+    # The caps are checked by the plan, with their messages: every sample
+    # over the cap too, before any disk work (one pass over the lengths
+    # names how many and the first ids).
     plan = spec.plan(0)
-    dealer = _native.TokenDealer(plan, world_size, **kwargs)
-    if max_tokens is not None and plan.num_steps:
-        # Every sample over the cap, before any disk work: the plan's check
-        # (one pass over the lengths) names how many and the first ids.
+    if plan.num_steps:
         plan.num_micro_batches(0, world_size, micro_batch_size, max_tokens=max_tokens)
-    digest, loss_digest = dealer.digests()
+    else:
+        plan.total_micro_batches(world_size, micro_batch_size, max_tokens=max_tokens)
+    state = plan.state_dict()  # the arrays' digests, read once
+    digest, loss_digest = state["lengths_digest"], state["loss_tokens_digest"]
+    kwargs = {"micro_batch_size": micro_batch_size, "max_tokens": max_tokens}
     loss_record = None
     if loss_digest is not None and loss_source is not None:
         loss_path, loss_dtype, loss_offset = loss_source

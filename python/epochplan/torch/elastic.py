@@ -308,8 +308,10 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     # --------------------------------------------------------------------------
 
-    def step_micro_batches(self, step: int) -> list[WeightedIndices]:
-        """This rank's micro-batches of ``step``."""
+    def step_batches(self, step: int) -> list[WeightedIndices]:
+        """This rank's micro-batches of ``step``, as the iteration yields
+        them (``plan.rank(rank, num_replicas).step_micro_batches(step, b)``
+        gives the same as (indices, weights) pairs)."""
         batches = self._split_step(step, self._step_ids(step))
         last = len(batches) - 1
         return [
@@ -329,7 +331,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self._next_step = first
         plan = self._plan
         for step in range(first, plan.num_steps):
-            for batch in self.step_micro_batches(step):
+            for batch in self.step_batches(step):
                 # The epoch's batches and the progress a state records belong to
                 # one plan: a set_epoch or load_state_dict in the middle would mix
                 # two epochs (and a state saved then would skip the new one).

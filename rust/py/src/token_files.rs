@@ -74,12 +74,6 @@ impl TokenDealer {
         })
     }
 
-    /// The digests of the lengths and of the loss tokens (None when they
-    /// are the lengths), as the plan's state records them.
-    fn digests(&self, py: Python<'_>) -> PyResult<(String, Option<String>)> {
-        Ok(self.tokens.digests(py)?.clone())
-    }
-
     /// Writes the epoch's token plan files (new files: per rank its ids,
     /// offsets, lengths and loss tokens, only when there are loss tokens;
     /// the step table) with every core, in memory that does not depend on

@@ -538,6 +538,12 @@ impl MixtureEpoch {
         self.inner.consumed_after()
     }
 
+    /// The digest of the mixture this epoch is of and of its quotas (not of
+    /// the sources' consumed counts), as a plan's state records it.
+    fn digest(&self, py: Python<'_>) -> String {
+        py.detach(|| self.inner.digest())
+    }
+
     fn __len__(&self) -> usize {
         self.inner.len() as usize
     }

@@ -483,6 +483,13 @@ impl Selection {
         self.sel.as_ranges().map(<[(u64, u64)]>::to_vec)
     }
 
+    /// The selection's digest (of its ids in order and its store), as a
+    /// plan's state records it; O(ids) the first time, then kept.
+    #[pyo3(name = "digest")]
+    fn digest_of(&self, py: Python<'_>) -> String {
+        self.digest(py)
+    }
+
     fn __len__(&self) -> usize {
         self.sel.len() as usize
     }
