@@ -10,8 +10,8 @@ no upper clip: about 0.13% are longer than the cap), the same array for
 every side. Each side packs the whole epoch for W = 8 ranks under a cap of
 16384 tokens per micro-batch:
 
-- epochplan: ``ElasticBatchSampler(N, G=1024, None, lengths=..., max_tokens=16384,
-  oversize="truncate")``: the samples over the cap are found at
+- epochplan: ``ElasticBatchSampler(PlanSpec(N, G=1024, tokens=Tokens(lengths,
+  oversize="truncate")), None, max_tokens=16384)``: the samples over the cap are found at
   construction and cut to it; every rank's micro-batches of every step
   (``plan.micro_batches(rank, 8, max_tokens=16384)``).
 - axolotl 0.19.0: ``MultipackBatchSampler`` (its file loaded by path, with
@@ -111,13 +111,12 @@ def load_verl() -> tuple[Any, str]:
 
 def ours_epoch(lengths: np.ndarray[Any, Any], w: int, ranks: range | None = None) -> dict[str, Any]:
     """epochplan's micro-batches of every rank (or ``ranks``) for one epoch."""
+    from epochplan import PlanSpec, Tokens
     from epochplan.torch import ElasticBatchSampler
 
     start = time.perf_counter()
-    sampler = ElasticBatchSampler(
-        len(lengths), G, None, num_replicas=w, rank=0, lengths=lengths,
-        max_tokens=CAP, oversize="truncate",
-    )  # fmt: skip
+    spec = PlanSpec(len(lengths), G, tokens=Tokens(lengths, oversize="truncate"))
+    sampler = ElasticBatchSampler(spec, None, max_tokens=CAP, rank=0, num_replicas=w)
     plan, report = sampler.plan, sampler.oversize_report
     built = time.perf_counter() - start
     cut = np.minimum(lengths, CAP)
@@ -198,7 +197,7 @@ def verl_steps(verl: Any, lengths: np.ndarray[Any, Any], w: int, num_steps: int)
 
     import epochplan as ep
 
-    plan = ep.EpochPlan(len(lengths), G, lengths=lengths)
+    plan = ep.EpochPlan(len(lengths), G, tokens=ep.Tokens(lengths))
     real = micro = over = unequal = 0
     start = time.perf_counter()
     for step in range(min(num_steps, plan.num_steps)):
@@ -238,12 +237,12 @@ def same_batches(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -
 def one_rank_seconds(lengths: np.ndarray[Any, Any]) -> tuple[float, float]:
     """epochplan's construction (with the oversize scan) and rank 3 of 8's
     whole epoch of micro-batches, nothing else done with them."""
+    from epochplan import PlanSpec, Tokens
     from epochplan.torch import ElasticBatchSampler
 
     start = time.perf_counter()
-    sampler = ElasticBatchSampler(
-        len(lengths), G, None, num_replicas=8, rank=3, lengths=lengths, max_tokens=CAP
-    )
+    spec = PlanSpec(len(lengths), G, tokens=Tokens(lengths))
+    sampler = ElasticBatchSampler(spec, None, max_tokens=CAP, rank=3, num_replicas=8)
     built = time.perf_counter() - start
     for _ in sampler.plan.micro_batches(3, 8, max_tokens=CAP):
         pass
@@ -366,7 +365,9 @@ def main() -> None:
         opts.json.write_text(json.dumps(report, indent=1, default=str))
 
 
-def packing_part(axolotl: Any, verl: Any, n: int, verl_steps: int, report: dict[str, Any]) -> None:
+def packing_part(
+    axolotl: Any, verl: Any, n: int, num_verl_steps: int, report: dict[str, Any]
+) -> None:
     lengths = lognormal_lengths(n)
     report["over_cap_samples"] = int((lengths > CAP).sum())
     mine = ours_epoch(lengths, 8)
@@ -383,7 +384,7 @@ def packing_part(axolotl: Any, verl: Any, n: int, verl_steps: int, report: dict[
         report["axolotl_run"] = theirs
         print("axolotl", theirs, flush=True)
     if verl is not None:
-        report["verl_run"] = verl_steps(verl, cut, 8, verl_steps)
+        report["verl_run"] = verl_steps(verl, cut, 8, num_verl_steps)
         print("verl", report["verl_run"], flush=True)
 
 

@@ -63,7 +63,7 @@ def test_cipher_one_thread(benchmark: Any) -> None:
 
 @pytest.mark.benchmark(group="cipher 1e7")
 def test_chunked(benchmark: Any) -> None:
-    p = ep.Permutation(N, kind="chunked", chunk_size=64, preload_nchunks=4)
+    p = ep.Permutation(N, kind=ep.Chunked(64, preload_nchunks=4))
     run(benchmark, lambda: p[:])
 
 

@@ -1,9 +1,10 @@
 """One rank's epoch of token micro-batches: the in-memory plan reading a
 memory-mapped lengths file by id, against a token plan file read in order.
 
-An ``EpochPlan(..., lengths=...)`` reads each step's G lengths by id: every
+An ``EpochPlan(..., tokens=Tokens(lengths))`` reads each step's G lengths by id: every
 rank reads every length of the epoch once, scattered over the file. A token
-plan written offline (``write_plan(..., lengths=...)``) stores each rank's
+plan written offline (``write_plan(out, PlanSpec(..., tokens=Tokens(lengths)),
+W, max_tokens=...)``) stores each rank's
 lengths beside its ids, in plan order, and one step table per epoch, so a
 rank reads only its own files, front to back. Both are timed with the
 lengths file's pages dropped from the page cache first
@@ -51,7 +52,7 @@ def drop_dir(directory: Path) -> None:
 def in_memory_epoch(lengths_path: Path, n: int, g: int, w: int, cap: int) -> tuple[float, int]:
     lengths = np.load(lengths_path, mmap_mode="r")
     start = time.perf_counter()
-    plan = ep.EpochPlan(n, g, seed=1, lengths=lengths)
+    plan = ep.EpochPlan(n, g, seed=1, tokens=ep.Tokens(lengths))
     count = 0
     for step in plan.micro_batches(0, w, max_tokens=cap):
         count += sum(len(ids) for ids, _ in step)
@@ -88,7 +89,9 @@ def main() -> None:
             lengths_path = root / f"lengths-{n}.npy"
             np.save(lengths_path, lengths)
             plan_dir = root / f"plan-{n}"
-            write_plan(plan_dir, n, g, w, seed=1, lengths=lengths_path, max_tokens=cap)
+            mapped = np.load(lengths_path, mmap_mode="r")  # the manifest records the file
+            spec = ep.PlanSpec(n, g, seed=1, tokens=ep.Tokens(mapped))
+            write_plan(plan_dir, spec, w, max_tokens=cap)
             # Rank 0's files (its ids, lengths and step offsets) and the step table.
             stem = Path(rank_file_name(0, 0)).name.split(".")[0] + "."
             rank_bytes = sum(

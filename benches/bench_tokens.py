@@ -10,7 +10,7 @@ size G and world size W, the same steps' samples are dealt by both sides,
 each side in its own fresh subprocess:
 
 - epochplan: ``plan.step_micro_batches(step, rank, W, max_tokens=CAP)`` on an
-  ``EpochPlan(..., lengths=...)``. One call reads the step's lengths, balances
+  ``EpochPlan(..., tokens=Tokens(lengths))``. One call reads the step's lengths, balances
   the whole step over all W ranks and cuts that rank's micro-batches: it is
   what each rank of a trainer runs per step, with no collective. "per rank"
   is the median call; "all ranks" the sum of the W calls (one process doing
@@ -261,7 +261,7 @@ def dealing_child(
     rows = []
     for g in gs:
         lengths = sample_lengths(dist, g * steps, max_len, seed=g)
-        plan = ep.EpochPlan(len(lengths), g, seed=1, lengths=lengths)
+        plan = ep.EpochPlan(len(lengths), g, seed=1, tokens=ep.Tokens(lengths))
         step_ids = [np.sort(plan.step_indices(t, 0, 1)) for t in range(steps)]
         for w in ws:
             row: dict[str, Any] = {"impl": impl, "dist": dist, "G": g, "W": w, "cap": cap}
@@ -326,7 +326,7 @@ def epoch_child(
     if cold:
         lengths._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]
     start = time.perf_counter()
-    plan = ep.EpochPlan(n, g, seed=0, lengths=lengths)
+    plan = ep.EpochPlan(n, g, seed=0, tokens=ep.Tokens(lengths))
     setup = time.perf_counter() - start
     total = plan.num_steps if steps == 0 else min(steps, plan.num_steps)
     micro, samples, done, largest = 0, 0, 0, 0
@@ -380,8 +380,8 @@ def speedup(ratio: float) -> str:
     return f"{ratio:.0f}x" if ratio >= 9.5 else f"{ratio:.2g}x"
 
 
-def dealing_row(mine: dict[str, Any], other: dict[str, Any]) -> str:
-    """One table row: epochplan's result for a (distribution, G, W), verl's
+def dealing_row(mine: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """One row's cells: epochplan's result for a (distribution, G, W), verl's
     (or why it was skipped)."""
     has = "per_rank_s" in other
     cells = [mine["dist"], str(mine["G"]), str(mine["W"])]
@@ -400,7 +400,7 @@ def dealing_row(mine: dict[str, Any], other: dict[str, Any]) -> str:
             continue
         gap = f"; ranks differ by up to {r['mb_rank_gap']}" if r["mb_rank_gap"] else ""
         cells.append(f"{r['mb_min']}-{r['mb_max']}{gap}")
-    return "| " + " | ".join(cells) + " |"
+    return cells
 
 
 def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -412,14 +412,7 @@ def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
         f"Per-step dealing: epochplan against {verl_info}; max_tokens = {size['cap']}, "
         f"lengths in [1, {size['max_len']}]; median of {opts.steps} steps; {loadavg()}"
     )
-    print()
-    print(
-        "| lengths | G | W | per rank: epochplan ms | verl ms | ratio "
-        "| all ranks: epochplan ms | verl ms | ratio | largest rank / mean: epochplan | verl "
-        "| padding waste: epochplan | verl | largest micro-batch: epochplan | verl "
-        "| micro-batches per rank: epochplan | verl |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    table = []  # one row of cells per case, split in two tables at the end
     rows = report.setdefault("dealing", [])
     sizes = "tiny" if opts.tiny else "full"
     for dist in opts.dists.split(","):
@@ -433,7 +426,32 @@ def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
         rows.extend(ours)
         rows.extend(t for t in theirs if "impl" in t)
         for mine, other in zip(ours, theirs, strict=True):
-            print(dealing_row(mine, other))
+            table.append(dealing_row(mine, other))
+    # Two tables, so that no row is too wide to read: the times, then the balance.
+    print()
+    print("Time a step:")
+    print()
+    print(
+        "| lengths | G | W | per rank: epochplan ms | verl ms | ratio "
+        "| all ranks: epochplan ms | verl ms | ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cells in table:
+        print("| " + " | ".join(cells[:9]) + " |")
+    print()
+    print(
+        "Balance and micro-batches (max / mean: the largest rank's tokens over the mean; "
+        "waste: the padding waste; largest: the largest micro-batch in tokens, cap "
+        f"{size['cap']}; per rank: micro-batches per rank):"
+    )
+    print()
+    print(
+        "| lengths | G | W | max / mean: epochplan | verl | waste: epochplan | verl "
+        "| largest: epochplan | verl | per rank: epochplan | verl |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for cells in table:
+        print("| " + " | ".join(cells[:3] + cells[9:]) + " |")
     print()
     print(f"({loadavg()} at the end)")
 
@@ -478,13 +496,14 @@ def epoch(opts: argparse.Namespace, report: dict[str, Any]) -> None:
     g, w, rank, cap = opts.epoch_g, 8, 3, int(size["cap"])  # type: ignore[call-overload]
     print()
     print(
-        f"One rank's epoch: EpochPlan(N, {g}, lengths=np.memmap(int32 file)).micro_batches"
+        f"One rank's epoch: EpochPlan(N, {g}, tokens=Tokens(np.memmap(int32 file)))"
+        ".micro_batches"
         f"({rank}, {w}, max_tokens={cap}), each case in a fresh process; {loadavg()}"
     )
     print()
     print(
-        "| N | page cache | steps run / in the epoch | time (s) | ms per step | epoch (s) "
-        "| peak RSS (MiB) | anonymous RSS at the end (MiB) | file pages mapped at the end (MiB) |"
+        "| N | page cache | steps run / epoch | time (s) | ms a step | epoch (s) "
+        "| peak RSS (MiB) | anon. RSS, end (MiB) | file pages, end (MiB) |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = report.setdefault("epoch", [])

@@ -1,6 +1,7 @@
 """Shuffled training batches from a parquet file, reading each row group once per epoch.
 
-What it shows: ``epochplan.torch.ChunkSampler`` over parquet row groups. The
+What it shows: ``epochplan.torch.ChunkSampler(num_rows, global_batch_size,
+Chunked(chunk_size, preload_nchunks))`` over parquet row groups. The
 sampler visits the chunks (here: row groups of ``chunk_size`` rows) in a keyed
 random order and shuffles the samples of each window of ``preload_nchunks``
 consecutive chunks among themselves. The loader below reads a window's row
@@ -103,9 +104,7 @@ class ParquetWindowLoader:
             plan.num_samples,
             seed=plan.seed,
             epoch=plan.epoch,
-            kind="chunked",
-            chunk_size=plan.chunk_size,
-            preload_nchunks=plan.preload_nchunks,
+            kind=ep.Chunked(plan.chunk_size, plan.preload_nchunks),
         )
         window = plan.chunk_size * plan.preload_nchunks
         g, n = plan.global_batch_size, plan.num_samples
@@ -178,12 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path,
                 ChunkSampler(
                     args.num_rows,
-                    chunk_size=args.chunk_size,
-                    preload_nchunks=args.preload_nchunks,
-                    batch_size=args.batch_size,
-                    num_replicas=args.world_size,  # in a real job: from torch.distributed
-                    rank=rank,
+                    args.batch_size,  # the global batch, over all ranks
+                    ep.Chunked(args.chunk_size, args.preload_nchunks),
                     seed=args.seed,
+                    rank=rank,
+                    num_replicas=args.world_size,  # in a real job: from torch.distributed
                 ),
             )
             for rank in range(args.world_size)

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from epochplan import PlanSpec
 from epochplan.audit import ConsumptionLog
 from epochplan.torch import ElasticBatchSampler
 
@@ -79,11 +80,11 @@ def main() -> None:
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
 
-    # Rank and world size come from torch.distributed; G is the global batch
-    # (samples per optimizer step over all ranks), b the most per micro-batch.
-    sampler = ElasticBatchSampler(
-        dataset, args.global_batch_size, args.micro_batch_size, seed=args.seed
-    )
+    # Rank and world size come from torch.distributed. The spec is the plan of
+    # every epoch: N samples, G the global batch (samples per optimizer step over
+    # all ranks); b is the most samples per micro-batch.
+    spec = PlanSpec(len(dataset), args.global_batch_size, seed=args.seed)
+    sampler = ElasticBatchSampler(spec, args.micro_batch_size)
     # The sampler runs in this process, collate in the workers: the weights travel
     # inside the sampler's index lists, wrap_dataset and collate() unpack them
     # into a WeightedBatch(data, sample_weight, indices, step, step_end).

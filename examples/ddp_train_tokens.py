@@ -36,6 +36,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from epochplan import PlanSpec, Tokens
 from epochplan.torch import ElasticBatchSampler
 
 BOS = 0  # the token the model sees before a sequence's first token
@@ -131,16 +132,16 @@ def main() -> None:
 
     # A token plan: the same G samples per step on any number of ranks, dealt
     # by tokens, micro-batches of at most max_tokens tokens (micro_batch_size=None:
-    # no cap on their sample count), weights W / T_t. Pass loss_tokens= when
-    # fewer tokens than the length count in a sample's loss (default: lengths).
-    sampler = ElasticBatchSampler(
-        dataset,
-        global_batch_size=args.global_batch_size,
-        micro_batch_size=None,
-        max_tokens=args.max_tokens,
-        lengths=dataset.lengths,
+    # no cap on their sample count), weights W / T_t. Give Tokens(lengths,
+    # loss_tokens) when fewer tokens than the length count in a sample's loss
+    # (default: the lengths).
+    spec = PlanSpec(
+        len(dataset),
+        args.global_batch_size,
         seed=args.seed,
+        tokens=Tokens(dataset.lengths),
     )
+    sampler = ElasticBatchSampler(spec, None, max_tokens=args.max_tokens)
     # The weights travel inside the sampler's index lists to the workers:
     # wrap_dataset and collate() hand them back as a WeightedBatch.
     loader = DataLoader(

@@ -46,6 +46,7 @@ import torch
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from epochplan import PlanSpec
 from epochplan.torch import ElasticBatchSampler, WeightedBatch
 
 
@@ -67,14 +68,13 @@ def make_loaders(
 ) -> list[StatefulDataLoader]:
     """One loader per rank of a world of ``world_size`` ranks, as each rank builds its own."""
     loaders = []
+    spec = PlanSpec(len(dataset), args.global_batch_size, seed=args.seed)
     for rank in range(world_size):
         sampler = ElasticBatchSampler(
-            dataset,
-            args.global_batch_size,
+            spec,
             args.micro_batch_size,
-            num_replicas=world_size,  # in a real job: from torch.distributed
             rank=rank,
-            seed=args.seed,
+            num_replicas=world_size,  # in a real job: from torch.distributed
         )
         sampler.set_epoch(args.epoch)
         loaders.append(
