@@ -204,10 +204,10 @@ pub fn unmarked_ids(plan: &Plan, words: &[u64], start: u64, end: u64) -> Result<
             plan.store_size()
         )));
     }
-    if start > end || end > plan.num_samples() {
+    if start > end || end > plan.layout().num_samples() {
         return Err(Error::Value(format!(
             "positions [{start}, {end}) must lie in the epoch's [0, {})",
-            plan.num_samples()
+            plan.layout().num_samples()
         )));
     }
     let mut absent = Vec::new();
@@ -244,7 +244,7 @@ pub fn misplaced(plan: &Plan, ids: &[i64], steps: &[i64]) -> Result<(Vec<usize>,
         )));
     }
     let positions = plan.positions_of(ids)?;
-    let g = plan.global_batch_size() as i64;
+    let g = plan.layout().global_batch_size() as i64;
     let planned = |p: i64| if p == ABSENT { ABSENT } else { p / g };
     let wrong: Vec<usize> = (0..ids.len())
         .filter(|&i| planned(positions[i]) != steps[i])
@@ -320,7 +320,7 @@ mod tests {
         let plan = Plan::new(order, 64, false, 0).unwrap();
         let mut words = vec![0u64; 1000usize.div_ceil(64)];
         let step3 = plan.step_ids(3).unwrap();
-        let epoch: Vec<i64> = (0..plan.num_steps())
+        let epoch: Vec<i64> = (0..plan.layout().num_steps())
             .flat_map(|s| plan.step_ids(s).unwrap())
             .collect();
         let all_but_step3: Vec<i64> = epoch

@@ -92,7 +92,7 @@ impl Plan {
             Space::Mixture { .. } => self.search_positions(&mut out)?,
         }
         // Positions past the last step (drop_last's short step) are not dealt.
-        let dealt = self.num_steps() * self.global_batch_size();
+        let dealt = self.layout().num_steps() * self.layout().global_batch_size();
         for p in out.iter_mut() {
             if *p != ABSENT && *p as u64 >= dealt {
                 *p = ABSENT;
@@ -109,7 +109,7 @@ impl Plan {
             wanted.entry(id).or_default().push(i);
         }
         values.iter_mut().for_each(|v| *v = ABSENT);
-        let n = self.num_samples();
+        let n = self.layout().num_samples();
         let mut piece = Vec::with_capacity(SEARCH_PIECE.min(n) as usize);
         let mut start = 0;
         while start < n && !wanted.is_empty() {
@@ -147,7 +147,7 @@ impl Plan {
             )));
         }
         let positions = self.positions_of(ids)?;
-        let g = self.global_batch_size();
+        let g = self.layout().global_batch_size();
         let mut located = Located::absent(positions)?;
         for (i, &p) in located.positions.iter().enumerate() {
             if p == ABSENT {
@@ -201,12 +201,12 @@ mod tests {
     #[test]
     fn every_id_is_located_where_the_plan_deals_it() {
         for plan in plans() {
-            let n = plan.num_samples();
+            let n = plan.layout().num_samples();
             for (w, b) in [(1, 1), (3, 2), (8, 1), (5, 100)] {
                 let ids: Vec<i64> = (0..n as i64).collect();
                 let located = plan.locate(&ids, w, b).unwrap();
                 let mut seen = vec![false; n as usize];
-                for step in 0..plan.num_steps() {
+                for step in 0..plan.layout().num_steps() {
                     for rank in 0..w {
                         let batches = plan.micro_batches(step, rank, w, b).unwrap();
                         for (m, (batch, weights)) in batches.iter().enumerate() {

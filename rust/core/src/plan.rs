@@ -61,7 +61,7 @@ impl Plan {
     /// ids; a mixture's epoch needs the identity order (its arrangement is
     /// the epoch's, stratified).
     pub fn with_space(self, space: Space) -> Result<Plan> {
-        space.check_len(self.num_samples())?;
+        space.check_len(self.layout.num_samples())?;
         if matches!(space, Space::Mixture { .. }) && self.order.kind() != Kind::Identity {
             return Err(Error::Value(format!(
                 "a plan over a mixture keeps the mixture's stratified arrangement: its order \
@@ -80,14 +80,14 @@ impl Plan {
     /// The size of the store the plan's ids belong to (`N` for a plan over
     /// `0..N`): what a lengths array is indexed by.
     pub fn store_size(&self) -> u64 {
-        self.space.store_size(self.num_samples())
+        self.space.store_size(self.layout.num_samples())
     }
 
     /// Replaces positions of the epoch (each in `[0, N)`) by their sample
     /// ids: the order, then the space. Parallel for large inputs, the same
     /// result on any thread count.
     pub fn map_positions(&self, values: &mut [i64]) -> Result<()> {
-        let n = self.num_samples();
+        let n = self.layout.num_samples();
         if let Some(bad) = values.iter().find(|&&p| p < 0 || p as u64 >= n) {
             return Err(Error::Index(format!(
                 "positions must be in [0, {n}), got {bad}"
@@ -132,7 +132,7 @@ impl Plan {
         else {
             return;
         };
-        let (g, n) = (self.global_batch_size(), self.num_samples());
+        let (g, n) = (self.layout.global_batch_size(), self.layout.num_samples());
         let mut rest = values;
         while let Some(&first) = rest.first() {
             let step = first as u64 / g;
@@ -206,44 +206,9 @@ impl Plan {
         &self.order
     }
 
-    /// Samples in the epoch (`N`).
-    pub fn num_samples(&self) -> u64 {
-        self.layout.num_samples()
-    }
-
-    /// Samples per step over all ranks (`G`).
-    pub fn global_batch_size(&self) -> u64 {
-        self.layout.global_batch_size()
-    }
-
-    /// Whether the short last step is dropped.
-    pub fn drop_last(&self) -> bool {
-        self.layout.drop_last()
-    }
-
-    /// Samples consumed before this plan starts (a step boundary).
-    pub fn cursor(&self) -> u64 {
-        self.layout.cursor()
-    }
-
     /// The kind of the epoch's order.
     pub fn kind(&self) -> Kind {
         self.order.kind()
-    }
-
-    /// Steps in the whole epoch.
-    pub fn num_steps(&self) -> u64 {
-        self.layout.num_steps()
-    }
-
-    /// The first step this plan yields (`cursor / G`, rounded up at the end).
-    pub fn start_step(&self) -> u64 {
-        self.layout.start_step()
-    }
-
-    /// Steps this plan yields (`num_steps - start_step`).
-    pub fn remaining_steps(&self) -> u64 {
-        self.layout.remaining_steps()
     }
 
     /// The same plan started at another step boundary.
@@ -253,27 +218,6 @@ impl Plan {
             order: self.order.clone(),
             space: self.space.clone(),
         })
-    }
-
-    /// The cursor after the first `step` steps of the epoch.
-    pub fn cursor_at_step(&self, step: u64) -> u64 {
-        self.layout.cursor_at_step(step)
-    }
-
-    /// Real samples in step `step` (`n_t`).
-    pub fn step_len(&self, step: u64) -> Result<u64> {
-        self.layout.step_len(step)
-    }
-
-    /// The layout of rank `rank`'s share of step `step`.
-    pub fn share(
-        &self,
-        step: u64,
-        rank: u64,
-        world_size: u64,
-        micro_batch_size: u64,
-    ) -> Result<StepShare> {
-        self.layout.share(step, rank, world_size, micro_batch_size)
     }
 
     /// Rank `rank`'s sample ids in step `step`, in dealing order.
@@ -291,7 +235,7 @@ impl Plan {
     pub fn rank_indices(&self, rank: u64, world_size: u64) -> Result<Vec<i64>> {
         let total = self.layout.rank_len(rank, world_size)?;
         let mut out = zeroed_ids(total, "the rank's share")?;
-        let first = self.start_step();
+        let first = self.layout.start_step();
         self.layout
             .fill_rank_positions(first, rank, world_size, &mut out);
         self.map_positions(&mut out)?;
@@ -314,17 +258,6 @@ impl Plan {
             .fill_rank_positions_from(first_step, skip, rank, world_size, out);
         self.map_valid(out);
         end
-    }
-
-    /// Rank `rank`'s number of real samples from `start_step` on.
-    pub fn rank_len(&self, rank: u64, world_size: u64) -> Result<u64> {
-        self.layout.rank_len(rank, world_size)
-    }
-
-    /// Micro-batches every rank gets from `start_step` on (the same for all).
-    pub fn total_micro_batches(&self, world_size: u64, micro_batch_size: u64) -> Result<u64> {
-        self.layout
-            .total_micro_batches(world_size, micro_batch_size)
     }
 
     /// The micro-batches of rank `rank` in step `step`: for each, the sample
@@ -437,12 +370,6 @@ impl Plan {
         let dealing = self.layout.deal_step(&samples, world_size, caps)?;
         self.layout.dealt_micro_batches(&samples, &dealing, rank)
     }
-
-    /// Where step `step` starts inside rank `rank`'s share of the whole epoch
-    /// (as [`Plan::rank_indices`] of a plan with cursor 0 lays it out).
-    pub fn rank_step_offset(&self, step: u64, rank: u64, world_size: u64) -> Result<u64> {
-        self.layout.rank_step_offset(step, rank, world_size)
-    }
 }
 
 #[cfg(test)]
@@ -468,8 +395,11 @@ mod tests {
     fn field_step_count() {
         for w in [1, 2, 4, 8] {
             let p = plan(8_474_566, 640, false);
-            assert_eq!(p.num_steps(), 13_242);
-            assert_eq!(p.total_micro_batches(w, 1_000_000).unwrap(), 13_242);
+            assert_eq!(p.layout().num_steps(), 13_242);
+            assert_eq!(
+                p.layout().total_micro_batches(w, 1_000_000).unwrap(),
+                13_242
+            );
         }
     }
 
@@ -489,11 +419,11 @@ mod tests {
     #[test]
     fn micro_batch_size_zero_is_an_error() {
         let p = plan(10, 4, false);
-        assert!(p.share(0, 0, 2, 0).is_err());
+        assert!(p.layout().share(0, 0, 2, 0).is_err());
         assert!(p.micro_batches(0, 0, 2, 0).is_err());
         let ids = p.step_indices(0, 0, 2).unwrap();
         assert!(p.split_step(0, 0, 2, 0, &ids).is_err());
-        assert!(p.total_micro_batches(2, 0).is_err());
+        assert!(p.layout().total_micro_batches(2, 0).is_err());
     }
 
     #[test]
@@ -516,7 +446,7 @@ mod tests {
         );
         let caps = Caps::new(Some(2), Some(60)).unwrap();
         for w in 1..8 {
-            for step in 0..p.num_steps() {
+            for step in 0..p.layout().num_steps() {
                 let mut balanced: Vec<i64> = (0..w)
                     .flat_map(|r| p.balanced_step_indices(step, r, w, &lengths, None).unwrap())
                     .collect();

@@ -27,12 +27,12 @@ proptest! {
     ) {
         let order = Order::new(n, seed, 1, kind).unwrap();
         let full = Plan::new(order.clone(), g, drop_last, 0).unwrap();
-        let start = at % (full.num_steps() + 1);
-        let plan = full.with_cursor(full.cursor_at_step(start)).unwrap();
+        let start = at % (full.layout().num_steps() + 1);
+        let plan = full.with_cursor(full.layout().cursor_at_step(start)).unwrap();
         let mut seen = vec![];
-        for step in plan.start_step()..plan.num_steps() {
-            let n_t = plan.step_len(step).unwrap();
-            let expected_mb = plan.share(step, 0, w, b).unwrap().micro_batches;
+        for step in plan.layout().start_step()..plan.layout().num_steps() {
+            let n_t = plan.layout().step_len(step).unwrap();
+            let expected_mb = plan.layout().share(step, 0, w, b).unwrap().micro_batches;
             let mut step_ids = vec![];
             for r in 0..w {
                 let mbs = plan.micro_batches(step, r, w, b).unwrap();
@@ -61,14 +61,14 @@ proptest! {
         from_ranks.sort_unstable();
         seen.sort_unstable();
         prop_assert_eq!(&from_ranks, &seen);
-        let end = if drop_last { full.num_steps() * g } else { n };
-        prop_assert_eq!(seen.len() as u64, end - plan.cursor());
+        let end = if drop_last { full.layout().num_steps() * g } else { n };
+        prop_assert_eq!(seen.len() as u64, end - plan.layout().cursor());
         let mut unique = seen.clone();
         unique.dedup();
         prop_assert_eq!(unique.len(), seen.len());
         prop_assert_eq!(
-            plan.total_micro_batches(w, b).unwrap(),
-            (plan.start_step()..plan.num_steps()).map(|s| plan.share(s, 0, w, b).unwrap().micro_batches).sum::<u64>()
+            plan.layout().total_micro_batches(w, b).unwrap(),
+            (plan.layout().start_step()..plan.layout().num_steps()).map(|s| plan.layout().share(s, 0, w, b).unwrap().micro_batches).sum::<u64>()
         );
     }
 }

@@ -52,7 +52,7 @@ fn selections(n: u64, bits: &[bool], seed: u64) -> Vec<Selection> {
 
 /// Every rank's ids of every step, for `w` ranks.
 fn steps_of(plan: &Plan, w: u64) -> Vec<Vec<i64>> {
-    (plan.start_step()..plan.num_steps())
+    (plan.layout().start_step()..plan.layout().num_steps())
         .map(|t| {
             sorted(
                 (0..w)
@@ -100,20 +100,20 @@ proptest! {
                 prop_assert_eq!(&all, &want, "w={}", w);
                 prop_assert_eq!(&steps_of(&plan, w), &reference);
                 let counts: Vec<u64> = (0..w)
-                    .map(|r| (0..plan.num_steps())
+                    .map(|r| (0..plan.layout().num_steps())
                         .map(|t| plan.micro_batches(t, r, w, b).unwrap().len() as u64)
                         .sum())
                     .collect();
                 prop_assert!(counts.iter().all(|&c| c == counts[0]));
             }
             // Stop after a step on 3 ranks, resume on 2: the rest exactly once.
-            if plan.num_steps() > 1 {
-                let stop = plan.num_steps() / 2;
+            if plan.layout().num_steps() > 1 {
+                let stop = plan.layout().num_steps() / 2;
                 let p = &plan;
                 let before: Vec<i64> = (0..stop)
                     .flat_map(|t| (0..3).flat_map(move |r| p.step_indices(t, r, 3).unwrap()))
                     .collect();
-                let resumed = plan.with_cursor(plan.cursor_at_step(stop)).unwrap();
+                let resumed = plan.with_cursor(plan.layout().cursor_at_step(stop)).unwrap();
                 let after: Vec<i64> = (0..2).flat_map(|r| resumed.rank_indices(r, 2).unwrap()).collect();
                 prop_assert_eq!(sorted([before, after].concat()), want.clone());
             }
@@ -145,8 +145,8 @@ proptest! {
         }
         // Each step holds each source within ceil(log2 K) of its share.
         let offsets: Vec<u64> = sizes.iter().scan(0, |acc, &n| { let o = *acc; *acc += n; Some(o) }).collect();
-        for t in 0..plan.num_steps() {
-            let len = plan.step_len(t).unwrap();
+        for t in 0..plan.layout().num_steps() {
+            let len = plan.layout().step_len(t).unwrap();
             let ids = plan.step_indices(t, 0, 1).unwrap();
             let sources = plan.step_sources(t, 0, 1).unwrap();
             for (&id, &src) in ids.iter().zip(&sources) {

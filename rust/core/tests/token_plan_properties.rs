@@ -150,8 +150,8 @@ proptest! {
     #[test]
     fn token_plans_are_exact_elastic_equal_capped_balanced_and_weighted(case in cases()) {
         let (full, strided) = plans(&case);
-        let start = case.at % (full.num_steps() + 1);
-        let plan = full.with_cursor(full.cursor_at_step(start)).unwrap();
+        let start = case.at % (full.layout().num_steps() + 1);
+        let plan = full.with_cursor(full.layout().cursor_at_step(start)).unwrap();
         let caps = caps(&case);
         let lengths = &case.lengths;
         let loss = case.loss_tokens.as_ref();
@@ -161,7 +161,7 @@ proptest! {
             if case.quadratic { l + l * l / 64.0 } else { l }
         };
         let mut seen_by_world = vec![vec![]; case.worlds.len()];
-        for step in plan.start_step()..plan.num_steps() {
+        for step in plan.layout().start_step()..plan.layout().num_steps() {
             // In position order: the filler is the shortest, ties by position.
             let mut want = strided.step_ids(step).unwrap();
             let shortest = *want.iter().min_by_key(|&&id| len_of(&case, id)).unwrap();
@@ -227,8 +227,8 @@ proptest! {
             }
         }
         // Exact: the remaining samples once each, the same for every W.
-        let end = if case.drop_last { full.num_steps() * case.g } else { case.n };
-        let mut remaining: Vec<i64> = (plan.cursor()..end)
+        let end = if case.drop_last { full.layout().num_steps() * case.g } else { case.n };
+        let mut remaining: Vec<i64> = (plan.layout().cursor()..end)
             .map(|p| plan.order().get(p).unwrap() as i64)
             .collect();
         remaining.sort_unstable();
@@ -241,13 +241,13 @@ proptest! {
     #[test]
     fn a_resumed_token_plan_deals_its_steps_as_the_whole_epoch(case in cases()) {
         let (full, _) = plans(&case);
-        let start = case.at % (full.num_steps() + 1);
-        let resumed = full.with_cursor(full.cursor_at_step(start)).unwrap();
+        let start = case.at % (full.layout().num_steps() + 1);
+        let resumed = full.with_cursor(full.layout().cursor_at_step(start)).unwrap();
         let caps = caps(&case);
         let loss = case.loss_tokens.as_ref();
         let loss_dyn = loss.map(|l| l as &dyn epochplan_core::dealing::SampleLengths);
         let w = case.worlds[0];
-        for step in resumed.start_step()..resumed.num_steps() {
+        for step in resumed.layout().start_step()..resumed.layout().num_steps() {
             for r in 0..w.min(case.g + 2) {
                 prop_assert_eq!(
                     resumed.balanced_micro_batches(step, r, w, caps, &case.lengths, loss_dyn).unwrap(),

@@ -22,6 +22,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use std::sync::Arc;
 
+/// The most ranks `rank_counts` lists (a list of 2**24 ints is 128 MiB).
+const MAX_LISTED_RANKS: u64 = 1 << 24;
+
 /// A token plan's value and its arrays, checked against the store.
 #[derive(Debug)]
 pub(crate) struct SpecTokens {
@@ -307,12 +310,9 @@ impl PlanSpec {
                 "a token plan's shares depend on its lengths: count them with the plan",
             ));
         }
-        let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
-        let mut counts = Vec::new();
-        for rank in 0..w.min(1 << 24) {
-            counts.push(self.layout.rank_len(rank, w).py()?);
-        }
-        Ok(counts)
+        // One count a rank, as a list: as many ranks as a list can hold.
+        let w = int_arg(world_size, "world_size", 1, MAX_LISTED_RANKS)?;
+        (0..w).map(|rank| self.layout.rank_len(rank, w).py()).collect()
     }
 
     /// The spec as JSON: its parameters, and its space and token arrays by

@@ -111,7 +111,7 @@ fn written_files_hold_every_steps_dealing_and_verify() {
     let mut ids = vec![Vec::new(); w];
     let mut offsets = vec![vec![0i64]; w];
     let mut table = Vec::new();
-    for step in 0..plan.num_steps() {
+    for step in 0..plan.layout().num_steps() {
         let dealt = deal_token_step(&plan, arrays, w as u64, caps, step).unwrap();
         table.extend(dealt.row);
         for r in 0..w {
@@ -157,7 +157,7 @@ fn a_sample_over_the_cap_is_the_error_of_the_first_step_holding_one() {
     let (n, g) = (40_000u64, 50u64);
     let plan = token_plan(n, g);
     let mut lengths = vec![1u16; n as usize];
-    let late: Vec<i64> = (700..plan.num_steps())
+    let late: Vec<i64> = (700..plan.layout().num_steps())
         .step_by(37)
         .map(|t| plan.step_ids(t).unwrap()[0])
         .collect();

@@ -392,7 +392,7 @@ fn verify_epoch(
             .collect::<Vec<_>>()
     })
     .and_then(first_error)?;
-    let num_steps = check.plan.num_steps();
+    let num_steps = check.plan.layout().num_steps();
     if files.steps.count != STEP_COLUMNS as u64 * num_steps {
         return Err(Error::plan_file(
             &files.steps.path,

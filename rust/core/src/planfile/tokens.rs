@@ -383,7 +383,7 @@ fn write_epoch(
     for r in &ranks {
         append(r.offsets, [&[0i64][..]].into_iter(), &mut zero)?;
     }
-    let num_steps = plan.num_steps();
+    let num_steps = plan.layout().num_steps();
     let per_batch = steps_per_batch(plan.layout().global_batch_size());
     let mut table_bytes = Vec::new();
     let mut start = 0;

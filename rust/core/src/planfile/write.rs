@@ -262,11 +262,11 @@ fn produce(
         if stop.load(Ordering::Relaxed) {
             return Err(interrupted());
         }
-        let count = plan.rank_len(rank, world_size)?;
+        let count = plan.layout().rank_len(rank, world_size)?;
         to_writer
             .send(Msg::Open(index, count))
             .map_err(|_| gone())?;
-        let (mut step, mut skip, mut left) = (plan.start_step(), 0, count);
+        let (mut step, mut skip, mut left) = (plan.layout().start_step(), 0, count);
         while left > 0 {
             if stop.load(Ordering::Relaxed) {
                 return Err(interrupted());

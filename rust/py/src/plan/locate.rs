@@ -27,7 +27,7 @@ impl EpochPlan {
             MicroCaps::Tokens(_) => caps,
         };
         let positions = py.detach(|| plan.positions_of(ids)).py()?;
-        let g = plan.global_batch_size();
+        let g = plan.layout().global_batch_size();
         let mut located = Located::absent(positions).py()?;
         // The queries of each step, dealt one step at a time.
         let mut by_step: HashMap<u64, Vec<usize>> = HashMap::new();

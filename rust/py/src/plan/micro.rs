@@ -56,7 +56,7 @@ impl MicroBatches {
         let step = match retried {
             Some(step) => step,
             None => {
-                let steps = plan.num_steps();
+                let steps = plan.layout().num_steps();
                 let claim = |s: u64| (s < steps).then_some(s + 1);
                 match self
                     .next
