@@ -9,7 +9,7 @@ page, element kind, and the two widths. Exits 1 if anything scrolls.
 
     PYTHONPATH=python mkdocs build --strict -d /tmp/site
     pip install selenium        # and Chromium + chromedriver (Debian: chromium chromium-driver)
-    python benches/check_docs_width.py /tmp/site [--width 1280] [--height 900]
+    python benches/check_docs_width.py /tmp/site [--width 1280] [--height 900] [--page performance]
 
 A maintenance tool, not run in CI; tests/docs/test_docs_width.py is the cheap
 static guard (the length of the lines of fenced code) that keeps it true.
@@ -63,15 +63,18 @@ def _serve(root: Path) -> http.server.ThreadingHTTPServer:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
-def check(site: Path, width: int, height: int) -> list[tuple[str, str, int, int, str]]:
-    """Every element of ``site`` that scrolls sideways at ``width`` x ``height``:
-    (page, kind, scrollWidth, clientWidth, its first line of text)."""
+def check(
+    site: Path, width: int, height: int, only: list[str] | None = None
+) -> list[tuple[str, str, int, int, str]]:
+    """Every element of ``site``'s pages (those containing one of ``only``, if
+    given) that scrolls sideways at ``width`` x ``height``: (page, kind,
+    scrollWidth, clientWidth, its first line of text)."""
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
-    pages = [p for p in pages if p != "404.html"]
+    pages = [p for p in pages if p != "404.html" and (not only or any(o in p for o in only))]
     server = _serve(site)
     options = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
@@ -98,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("site", type=Path, help="the built site (mkdocs build -d SITE)")
     cli.add_argument("--width", type=int, default=1280)
     cli.add_argument("--height", type=int, default=900)
+    cli.add_argument("--page", action="append", help="only the pages whose path contains this")
     args = cli.parse_args(argv)
-    found = check(args.site, args.width, args.height)
+    found = check(args.site, args.width, args.height, args.page)
     for page, kind, scroll, client, text in found:
         print(f"{page}: {kind}: scrollWidth {scroll} > clientWidth {client}: {text!r}")
     pages = len({f[0] for f in found})

@@ -17,10 +17,13 @@ Rust core or Python) met the failure:
 Examples:
     >>> import errno
     >>> from epochplan.errors import PlanError, plan_os_error
-    >>> err = plan_os_error("plan/manifest.json: cannot read",
-    ...                     FileNotFoundError(errno.ENOENT, "No such file", "plan/manifest.json"))
-    >>> isinstance(err, PlanError), isinstance(err, FileNotFoundError), err.filename
-    (True, True, 'plan/manifest.json')
+    >>> path = "plan/manifest.json"
+    >>> cause = FileNotFoundError(errno.ENOENT, "No such file", path)
+    >>> err = plan_os_error(f"{path}: cannot read", cause)
+    >>> isinstance(err, PlanError), isinstance(err, FileNotFoundError)
+    (True, True)
+    >>> err.filename
+    'plan/manifest.json'
 """
 
 from __future__ import annotations

@@ -206,7 +206,8 @@ class EpochPlanSampler:
         >>> import epochplan as ep
         >>> from grain.sharding import ShardOptions
         >>> plan = ep.EpochPlan(10, 4, seed=0)
-        >>> sampler = EpochPlanSampler(plan, ShardOptions(shard_index=0, shard_count=3))
+        >>> shards = ShardOptions(shard_index=0, shard_count=3)
+        >>> sampler = EpochPlanSampler(plan, shards)
         >>> len(sampler), sampler.slots_per_step
         (18, 2)
         >>> sampler[0].record_key == int(plan.step_indices(0, 0, 3)[0])
@@ -315,7 +316,8 @@ def map_dataset(
     Examples:
         >>> import epochplan as ep
         >>> from grain.sharding import ShardOptions
-        >>> ds = map_dataset(ep.EpochPlan(10, 4), ShardOptions(shard_index=2, shard_count=3))
+        >>> shards = ShardOptions(shard_index=2, shard_count=3)
+        >>> ds = map_dataset(ep.EpochPlan(10, 4), shards)
         >>> len(ds), [s["weight"] for s in ds][-2:]
         (6, [0.0, 0.0])
     """

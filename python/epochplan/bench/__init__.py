@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -189,44 +190,67 @@ def size_text(n: int) -> str:
     return f"10^{exp}" if n == 10**exp else f"{n:,}"
 
 
+#: A word of a case's name longer than this gets a line-break opportunity
+#: (``<wbr>``) after each dot and opening bracket that a letter follows, so
+#: that the tables fit the width of the docs page (at 1280 px, the five
+#: columns share about 690 px).
+_LONG_WORD = 28
+
+
+def _label(res: Result, peak: str = "") -> str:
+    """The implementation cell: the case's name (bold for ours), its note and
+    ``peak``."""
+    words = [
+        re.sub(r"([.(])(?=[A-Za-z_])", r"\1<wbr>", w) if len(w) > _LONG_WORD else w
+        for w in res.case.name.split(" ")
+    ]
+    name = " ".join(words)
+    name = f"**{name}**" if res.case.ours else name
+    extra = "; ".join(x for x in (res.case.note, peak) if x)
+    return f"{name} ({extra})" if extra else name
+
+
+def _peer(name: str) -> str:
+    """A peer's short name: its first word, without its arguments."""
+    return re.split(r"[ (]", name, maxsplit=1)[0]
+
+
 def table(results: list[Result], repeats: int) -> str:
     """The Markdown table of the results (a case skipped at every size for
     the same reason is one row). Beside each median, the range of the runs;
     beside a speed-up, its range from the peer's fastest run over our
-    slowest to the peer's slowest over our fastest."""
+    slowest to the peer's slowest over our fastest; the peak memory with the
+    implementation. Five columns, so that it fits the docs page."""
     lines = [
-        f"| operation | implementation | N | median time (s, {repeats} runs) | range (s) "
-        "| speed-up vs the fastest peer (range) | peak memory (MB) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        f"| operation, N | implementation (peak memory) | median time (s, {repeats} runs) "
+        "| range (s) "
+        "| speed-up vs the fastest peer (range) |",
+        "|---|---|---:|---:|---:|",
     ]
     done: set[tuple[str, str]] = set()
     for res in results:
-        name = f"**{res.case.name}**" if res.case.ours else res.case.name
-        if res.case.note:
-            name += f" ({res.case.note})"
+        name = _label(res)
         same = [r for r in results if r.case is res.case]
         if len({r.skip for r in same}) == 1 and res.skip:
             if (res.case.group, res.case.name) not in done:
                 done.add((res.case.group, res.case.name))
-                lines.append(f"| {res.case.group} | {name} | all | skipped: {res.skip} | | | |")
+                lines.append(f"| {res.case.group}, all N | {name} | skipped: {res.skip} | | |")
             continue
+        where = f"{res.case.group}, N={size_text(res.n)}"
         if res.skip:
-            row = f"| {res.case.group} | {name} | {size_text(res.n)}"
-            lines.append(f"{row} | skipped: {res.skip} | | | |")
+            lines.append(f"| {where} | {name} | skipped: {res.skip} | | |")
             continue
         ref = _reference(results, res)
         ratio = ""
         if ref is not None and res.case.ours:
             low, high = min(ref.seconds) / max(res.seconds), max(ref.seconds) / min(res.seconds)
             ratio = (
-                f"{ref.median / res.median:.1f}x vs {ref.case.name.split()[0]} "
+                f"{ref.median / res.median:.1f}x vs {_peer(ref.case.name)} "
                 f"({low:.1f} to {high:.1f})"
             )
         spread = f"{min(res.seconds):.4f} to {max(res.seconds):.4f}"
-        lines.append(
-            f"| {res.case.group} | {name} | {size_text(res.n)} | {res.median:.4f} | {spread} "
-            f"| {ratio} | {res.peak / 1e6:.0f} |"
-        )
+        name = _label(res, f"peak {res.peak / 1e6:.0f} MB")
+        lines.append(f"| {where} | {name} | {res.median:.4f} | {spread} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 

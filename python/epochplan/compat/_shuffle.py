@@ -90,7 +90,8 @@ def get_shuffle(
     Examples:
         >>> import numpy as np
         >>> from epochplan.compat.streaming import get_shuffle
-        >>> ids = get_shuffle("py1e", np.array([4, 4, 4]), 2, seed=7, epoch=0, block_size=8)
+        >>> sizes = np.array([4, 4, 4])
+        >>> ids = get_shuffle("py1e", sizes, 2, seed=7, epoch=0, block_size=8)
         >>> sorted(ids.tolist()) == list(range(12))
         True
     """

@@ -27,8 +27,9 @@ space (a ``Selection`` or ``Mixture``, stored beside the rank files).
 Examples:
     >>> from epochplan import PlanSpec
     >>> from epochplan.planfile import write_plan, open_plan
-    >>> d = write_plan("plan", PlanSpec(10**6, 4096), 8, epochs=range(2))  # doctest: +SKIP
-    >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # memory-mapped  # doctest: +SKIP
+    >>> spec = PlanSpec(10**6, 4096)
+    >>> d = write_plan("plan", spec, 8, epochs=range(2))  # doctest: +SKIP
+    >>> ids = open_plan("plan").rank_ids(epoch=1, rank=3)  # doctest: +SKIP
 """
 
 from __future__ import annotations

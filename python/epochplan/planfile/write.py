@@ -99,7 +99,8 @@ def write_plan(
             or a file cannot be written. ValueError, TypeError: bad arguments.
 
     Examples:
-        >>> d = write_plan("plan", PlanSpec(10**6, 4096), 8, epochs=range(2))  # doctest: +SKIP
+        >>> spec = PlanSpec(10**6, 4096)  # doctest: +SKIP
+        >>> d = write_plan("plan", spec, 8, epochs=range(2))  # doctest: +SKIP
     """
     # Absolute, so that "." or "dir/.." name the directory itself and its
     # hidden siblings land beside it.

@@ -44,10 +44,12 @@ class PlanState:
     Examples:
         >>> import epochplan as ep
         >>> import epochplan.torch as et
-        >>> sampler = et.ElasticBatchSampler(ep.PlanSpec(10, 4), 2, rank=0, num_replicas=2)
+        >>> spec = ep.PlanSpec(10, 4)
+        >>> sampler = et.ElasticBatchSampler(spec, 2, rank=0, num_replicas=2)
         >>> state = PlanState(sampler)
         >>> state.step_done(0)
-        >>> other = PlanState(et.ElasticBatchSampler(ep.PlanSpec(10, 4), 4, rank=0, num_replicas=1))
+        >>> on_one = et.ElasticBatchSampler(spec, 4, rank=0, num_replicas=1)
+        >>> other = PlanState(on_one)
         >>> other.load_state_dict(state.state_dict())
         >>> [b.step for b in other.sampler]
         [1, 2]

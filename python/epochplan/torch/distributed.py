@@ -376,7 +376,8 @@ class DistributedSampler(_StridedSampler):
     mean in torchdata. See the guide ``docs/guides/migrate-torch.md``.
 
     Examples:
-        >>> sampler = DistributedSampler(range(10), num_replicas=3, rank=1, shuffle=False)
+        >>> data = range(10)
+        >>> sampler = DistributedSampler(data, num_replicas=3, rank=1, shuffle=False)
         >>> list(sampler)
         [1, 4, 7, 0]
     """
@@ -420,7 +421,9 @@ class ExactDistributedSampler(_StridedSampler):
     ``drop_last``; ``total_size`` is N.
 
     Examples:
-        >>> [list(ExactDistributedSampler(range(5), 2, r, shuffle=False)) for r in (0, 1)]
+        >>> def share(r):
+        ...     return list(ExactDistributedSampler(range(5), 2, r, shuffle=False))
+        >>> [share(0), share(1)]
         [[0, 2, 4], [1, 3]]
     """
 

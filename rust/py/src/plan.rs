@@ -103,7 +103,7 @@ enum MicroCaps {
 ///     3
 ///     >>> plan.step_indices(0, 0, 2).tolist(), plan.step_indices(0, 1, 2).tolist()
 ///     ([7, 2], [3, 1])
-///     >>> plan.rank(1, 2).step_micro_batches(2, 2)  # rank 1 has no sample left: a filler
+///     >>> plan.rank(1, 2).step_micro_batches(2, 2)  # no sample left: a filler
 ///     [(array([8]), array([0.]))]
 ///     >>> EpochPlan.from_state_dict(plan.at_step(2).state_dict()).start_step
 ///     2
@@ -576,7 +576,8 @@ impl EpochPlan {
     ///
     /// Examples:
     ///     >>> plan = EpochPlan(10, 4, seed=1)
-    ///     >>> pos, step, rank, mb = plan.locate([int(plan.step_indices(2, 1, 2)[0])], 2, 1)
+    ///     >>> sample = int(plan.step_indices(2, 1, 2)[0])
+    ///     >>> pos, step, rank, mb = plan.locate([sample], 2, 1)
     ///     >>> int(step[0]), int(rank[0]), int(mb[0])
     ///     (2, 1, 0)
     #[pyo3(signature = (sample_ids, world_size, micro_batch_size = None, *, max_tokens = None))]

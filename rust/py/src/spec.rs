@@ -312,7 +312,9 @@ impl PlanSpec {
         }
         // One count a rank, as a list: as many ranks as a list can hold.
         let w = int_arg(world_size, "world_size", 1, MAX_LISTED_RANKS)?;
-        (0..w).map(|rank| self.layout.rank_len(rank, w).py()).collect()
+        (0..w)
+            .map(|rank| self.layout.rank_len(rank, w).py())
+            .collect()
     }
 
     /// The spec as JSON: its parameters, and its space and token arrays by

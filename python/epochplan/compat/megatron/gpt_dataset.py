@@ -181,7 +181,8 @@ def build_gpt_indices(
         The document, sample and shuffle indices.
 
     Examples:
-        >>> idx = build_gpt_indices(np.array([7, 3, 9, 5], np.int32), np.arange(4), 6, 4, 1234)
+        >>> sizes = np.array([7, 3, 9, 5], np.int32)
+        >>> idx = build_gpt_indices(sizes, np.arange(4), 6, 4, 1234)
         >>> idx
         GPTIndices(documents=8, samples=11, sample_index=int32, shuffle_index=uint32)
     """

@@ -135,6 +135,19 @@ impl RankPlan {
     fn at(&self) -> (u64, u64) {
         (self.rank, self.world_size)
     }
+
+    /// The rank's ids of step `step`, or their sources.
+    fn of_step<'py>(
+        &self,
+        py: Python<'py>,
+        step: &Bound<'py, PyAny>,
+        of: Of,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let plan = self.plan.get();
+        let step = step_arg(step, plan.layout.num_steps(), false)?;
+        let ids = plan.rank_step(py, (step, self.rank, self.world_size), of)?;
+        Ok(ids.into_pyarray(py))
+    }
 }
 
 #[pymethods]
@@ -174,10 +187,7 @@ impl RankPlan {
         py: Python<'py>,
         step: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let plan = self.plan.get();
-        let step = step_arg(step, plan.layout.num_steps(), false)?;
-        let ids = plan.rank_step(py, (step, self.rank, self.world_size), Of::Ids)?;
-        Ok(ids.into_pyarray(py))
+        self.of_step(py, step, Of::Ids)
     }
 
     /// The source of each of the rank's samples in step ``step`` (see
@@ -187,10 +197,7 @@ impl RankPlan {
         py: Python<'py>,
         step: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        let plan = self.plan.get();
-        let step = step_arg(step, plan.layout.num_steps(), false)?;
-        let ids = plan.rank_step(py, (step, self.rank, self.world_size), Of::Sources)?;
-        Ok(ids.into_pyarray(py))
+        self.of_step(py, step, Of::Sources)
     }
 
     /// Where step ``step`` starts in the rank's share of the whole epoch.
