@@ -80,7 +80,7 @@ def map_npy(path: str | os.PathLike[str]) -> tuple[npt.NDArray[Any], int]:
             return np.empty(shape, dtype=dtype), offset  # nothing to map
         # The map holds its own reference to the file: closing f is fine.
         order: Any = "F" if fortran else "C"
-        mapped: npt.NDArray[Any] = np.memmap(
+        mapped = np.memmap(
             f,
             dtype=dtype,
             mode="r",
@@ -88,4 +88,8 @@ def map_npy(path: str | os.PathLike[str]) -> tuple[npt.NDArray[Any], int]:
             shape=shape,
             order=order,
         )
+        # Mapped through a descriptor, the map names no file: it records its
+        # path, as np.load(path, mmap_mode="r") does (a plan file's manifest
+        # records where its lengths are read from).
+        mapped.filename = os.path.abspath(path)
         return mapped, offset

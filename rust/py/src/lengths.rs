@@ -346,7 +346,13 @@ pub fn cost_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Cost>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
     };
-    if let Ok(tuple) = obj.cast::<PyTuple>() {
+    // A pair as a tuple, or as the list JSON makes of it (a state or spec
+    // read back from JSON).
+    let pair = match obj.cast::<pyo3::types::PyList>() {
+        Ok(list) => Some(list.to_tuple()),
+        Err(_) => obj.cast::<PyTuple>().ok().cloned(),
+    };
+    if let Some(tuple) = pair {
         let number = |x: Bound<'_, PyAny>| -> PyResult<f64> {
             if x.is_instance_of::<PyFloat>() || x.is_instance_of::<PyInt>() {
                 x.extract()
