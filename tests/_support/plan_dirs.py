@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from epochplan import PlanSpec
 from epochplan.planfile import MANIFEST, write_plan
 
 
@@ -22,5 +23,5 @@ def edit_manifest(d: Path, change: dict[str, object]) -> None:
 def write_small_plan(out: Path) -> Path:
     """Writes a plan of 40,000 samples in steps of 1,000 on 4 ranks, epochs 0
     and 1, to `out`, and returns `out`."""
-    write_plan(out, 40_000, 1000, 4, epochs=(0, 1))
+    write_plan(out, PlanSpec(40_000, 1000), 4, epochs=(0, 1))
     return out

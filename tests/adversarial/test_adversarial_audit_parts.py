@@ -29,7 +29,7 @@ def test_every_bit_of_a_parts_record_is_checked(tmp_path: Path) -> None:
     # it or, where the flip changes nothing the plan depends on (JSON
     # whitespace cannot, every value is checked), gives the exact plan.
     space = ep.Selection.from_ranges([(5, 900)], 1000)
-    spec = PlanSpec.checked(space, 64, seed=3)
+    spec = PlanSpec(space, 64, seed=3)
     parts = [write_plan_part(tmp_path / f"p{i}", spec, 3, Part(i, 2)) for i in range(2)]
     reference = merge_plan(tmp_path / "ref", parts).manifest
     record = parts[1] / PART_FILE
@@ -112,7 +112,7 @@ def test_every_cut_of_a_consumption_log_is_a_torn_tail_or_a_shorter_log(tmp_path
 WRITER = """
 import sys
 from epochplan.planfile import Part, PlanSpec, write_plan_part
-spec = PlanSpec.checked(3 * 10**7, 4096, seed=1)
+spec = PlanSpec(3 * 10**7, 4096, seed=1)
 write_plan_part(sys.argv[1], spec, 4, Part(0, 2), epochs=(0, 1))
 """
 
@@ -165,7 +165,7 @@ def test_locate_takes_any_argument_without_a_crash(
 
 
 def test_a_part_directory_is_never_taken_for_a_plan(tmp_path: Path) -> None:
-    part = write_plan_part(tmp_path / "p", PlanSpec.checked(100, 10), 2, Part(0, 2))
+    part = write_plan_part(tmp_path / "p", PlanSpec(100, 10), 2, Part(0, 2))
     with pytest.raises(PlanError, match=r"manifest\.json: missing"):
         ep_open(part)
     os.remove(part / PART_FILE)

@@ -81,9 +81,13 @@ def bounded(n: object) -> bool:
     return value <= LIMIT or value >= 2**61
 
 
+# A chunked order's value: chunk sizes and windows of any size (Chunked checks them).
+CHUNKED = st.builds(ep.Chunked, st.integers(1, 2**63 - 1), st.integers(1, 2**63 - 1))
+
+
 def kwargs() -> st.SearchStrategy[dict[str, Any]]:
-    keys = ["seed", "epoch", "kind", "chunk_size", "preload_nchunks"]
-    return st.dictionaries(st.sampled_from(keys), VALUES, max_size=4)
+    keys = ["seed", "epoch", "kind"]
+    return st.dictionaries(st.sampled_from(keys), st.one_of(VALUES, CHUNKED), max_size=3)
 
 
 def slices() -> st.SearchStrategy[slice]:
@@ -121,19 +125,19 @@ def test_fuzz_public_functions() -> None:
             elif target == "split" and valid:
                 w = data.draw(st.integers(1, 9))
                 mode = data.draw(st.sampled_from(["strided", "contiguous"]))
-                ep.split(data.draw(st.integers(0, 2000)), w, data.draw(st.integers(0, w - 1)), mode)
+                ep.split(data.draw(st.integers(0, 2000)), data.draw(st.integers(0, w - 1)), w, mode)
             elif target == "threads" and valid:
                 ep.set_num_threads(data.draw(st.integers(0, 8)))
             elif target in ("index", "take"):
                 n = data.draw(st.one_of(st.integers(0, 3000), st.just(MAX)))
                 kind = data.draw(st.sampled_from(["cipher", "chunked", "identity", "uniform"]))
-                extra = {}
+                order: Any = kind
                 if kind == "chunked":
                     layout = st.one_of(st.integers(1, 8), st.integers(1, MAX))
-                    extra = {"chunk_size": data.draw(layout), "preload_nchunks": data.draw(layout)}
+                    order = ep.Chunked(data.draw(layout), data.draw(layout))
                 if kind == "uniform" and n == MAX:
-                    kind = "cipher"
-                p = ep.Permutation(n, kind=kind, **extra)
+                    order = "cipher"
+                p = ep.Permutation(n, kind=order)
                 if target == "take":
                     p.take(data.draw(VALUES))
                 else:
@@ -193,8 +197,11 @@ SHARD_SIZES = st.one_of(
     st.sampled_from([[2**62, 2**62], [2**63 - 1, 1]]),
     SCALARS,
 )
-PLAN_KEYS = ["seed", "epoch", "kind", "drop_last", "cursor", "chunk_size", "preload_nchunks"]
-PLAN_EXTRA = st.dictionaries(st.sampled_from(PLAN_KEYS), st.one_of(ARG, KINDS))
+PLAN_KEYS = ["seed", "epoch", "kind", "drop_last", "cursor"]
+PLAN_EXTRA = st.dictionaries(
+    st.sampled_from(PLAN_KEYS),
+    st.one_of(ARG, KINDS, st.builds(ep.Chunked, st.integers(1, 12), st.integers(1, 12))),
+)
 PLAN_METHODS = sorted(
     name
     for name in dir(ep.EpochPlan)
@@ -272,7 +279,8 @@ def test_fuzz_plans_workers_and_streaming() -> None:
                 # no example of about one run in fifteen.
                 if small and (target in TOKEN_PLAN_METHODS or data.draw(st.booleans())):
                     lengths = st.lists(st.integers(0, 9), min_size=sizes[0], max_size=sizes[0])
-                    extra = {"lengths": np.asarray(data.draw(lengths), dtype=np.int32)}
+                    tokens = ep.Tokens(np.asarray(data.draw(lengths), dtype=np.int32))
+                    extra = {"tokens": tokens}
                 plan = ep.EpochPlan(*sizes, **extra)
                 method = getattr(plan, target)
                 if small:

@@ -29,7 +29,9 @@ calls = {{
     "partitions": lambda: streaming.get_partitions("orig", 10**6, 2, 2, 2, 2, 8),
     "uniform": lambda: ep.permutation(10**6),
     "py1e": lambda: streaming.get_shuffle("py1e", np.full(100, 10**4), 2, 0, 0, 1 << 18),
-    "write_plan": lambda: planfile.write_plan({str(tmp_path / "plan")!r}, 10**5, 64, 2),
+    "write_plan": lambda: planfile.write_plan(
+        {str(tmp_path / "plan")!r}, ep.PlanSpec(10**5, 64), 2
+    ),
 }}
 for name, call in calls.items():
     try:
@@ -81,7 +83,7 @@ calls = {{
         "orig", 4 * 10**6, 2, 2, 2, 2, 8, node=0, rank=0
     ),
     "py1e_one_block": lambda: streaming.get_shuffle("py1e", shards, 1, 0, 0, 10**9),
-    "write_plan": lambda: planfile.write_plan(out, 2 * 10**6, 64, 2),
+    "write_plan": lambda: planfile.write_plan(out, ep.PlanSpec(2 * 10**6, 64), 2),
 }}
 algo = {call!r}
 call = calls.get(algo) or (lambda: streaming.get_shuffle(algo, shards, 2, 0, 0, 1 << 18))

@@ -59,7 +59,7 @@ print(dict(outcomes))
 def write_inputs(root: Path) -> None:
     """Parts of a plan and a consumption log, written before the sweep (so
     that the swept process holds no memory freed by writing them)."""
-    spec = planfile.PlanSpec.checked(2 * 10**6, 64, seed=1)
+    spec = ep.PlanSpec(2 * 10**6, 64, seed=1)
     for i in range(2):
         planfile.write_plan_part(root / f"p{i}", spec, 2, planfile.Part(i, 2))
     plan = ep.EpochPlan(2 * 10**6, 4096, seed=1)

@@ -85,7 +85,7 @@ def test_fuzz_plans_over_spaces_and_token_plans() -> None:
                 n = draw(st.integers(0, 40))
                 good = np.asarray(draw(st.lists(st.integers(0, 60), min_size=n, max_size=n)))
                 lengths = good.astype(np.int32) if valid else draw(st.one_of(VALUES, st.just(good)))
-                kwargs: dict[str, Any] = {"lengths": lengths}
+                kwargs: dict[str, Any] = {}
                 for key, bad in (
                     ("loss_tokens", VALUES),
                     ("cost", st.one_of(VALUES, st.tuples(VALUES, VALUES))),
@@ -93,11 +93,11 @@ def test_fuzz_plans_over_spaces_and_token_plans() -> None:
                 ):
                     if not valid and draw(st.booleans()):
                         kwargs[key] = draw(bad)
-                ep.EpochPlan(n, draw(st.integers(1, 8)), **kwargs)
+                ep.EpochPlan(n, draw(st.integers(1, 8)), tokens=ep.Tokens(lengths, **kwargs))
             else:
                 n = draw(st.integers(1, 40))
                 lengths = np.asarray(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
-                plan = ep.EpochPlan(n, draw(st.integers(1, 8)), lengths=lengths)
+                plan = ep.EpochPlan(n, draw(st.integers(1, 8)), tokens=ep.Tokens(lengths))
                 w = draw(st.integers(1, 4))
                 caps = {
                     "micro_batch_size": draw(st.one_of(st.none(), st.integers(1, 4))),

@@ -69,7 +69,7 @@ def test_one_ranks_epoch_from_a_memmap_covers_its_samples(
         assert row["peak"] > 0 and row["micro_batches"] >= row["steps"], row
         assert row["RssAnon"] > 0 and row["RssFile"] > 0, row
     lengths = np.memmap(report[1] / f"lengths-{EPOCH_N}.int32", dtype=np.int32, mode="r")
-    plan = ep.EpochPlan(EPOCH_N, EPOCH_G, seed=0, lengths=lengths)
+    plan = ep.EpochPlan(EPOCH_N, EPOCH_G, seed=0, tokens=ep.Tokens(lengths))
     assert whole["samples"] == len(plan.rank_indices(3, 8))
 
 

@@ -73,26 +73,21 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     # kinds
     ("unknown kind", lambda: ep.Permutation(10, kind="random"), ValueError, "kind"),
     ("kind not a str", lambda: ep.permutation(10, kind=1), TypeError, "kind"),
-    ("chunked without size", lambda: ep.Permutation(10, kind="chunked"), ValueError, "chunk_size"),
     (
-        "chunk_size 0",
-        lambda: ep.Permutation(10, kind="chunked", chunk_size=0),
+        "chunked as a str",
+        lambda: ep.Permutation(10, kind="chunked"),
         ValueError,
-        "chunk_size",
+        "kind='chunked' needs its chunk size: give kind=Chunked",
     ),
+    ("chunk_size 0", lambda: ep.Permutation(10, kind=ep.Chunked(0)), ValueError, "chunk_size"),
     (
         "preload_nchunks 0",
-        lambda: ep.Permutation(10, kind="chunked", chunk_size=2, preload_nchunks=0),
+        lambda: ep.Permutation(10, kind=ep.Chunked(2, 0)),
         ValueError,
         "preload_nchunks",
     ),
-    (
-        "float chunk_size",
-        lambda: ep.Permutation(10, kind="chunked", chunk_size=2.0),
-        TypeError,
-        "chunk_size",
-    ),
-    ("chunk_size on cipher", lambda: ep.Permutation(10, chunk_size=4), ValueError, "chunk_size"),
+    ("float chunk_size", lambda: ep.Permutation(10, kind=ep.Chunked(2.0)), TypeError, "chunk_size"),
+    ("bool preload_nchunks", lambda: ep.Chunked(2, True), TypeError, "preload_nchunks"),
     # indexing
     ("index too large", lambda: P[100], IndexError, "index"),
     ("index too small", lambda: P[-101], IndexError, "index"),
@@ -147,49 +142,49 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ),
     # split
     ("world_size 0", lambda: ep.split(10, 0, 0), ValueError, "world_size"),
-    ("negative world_size", lambda: ep.split(10, -2, 0), ValueError, "world_size"),
+    ("negative world_size", lambda: ep.split(10, 0, -2), ValueError, "world_size"),
     ("rank = world_size", lambda: ep.split(10, 2, 2), ValueError, "rank"),
-    ("negative rank", lambda: ep.split(10, 2, -1), ValueError, "rank"),
-    ("float rank", lambda: ep.split(10, 2, 1.0), TypeError, "rank"),
-    ("bool rank", lambda: ep.split(10, 2, True), TypeError, "rank"),
-    ("str world_size", lambda: ep.split(10, "2", 0), TypeError, "world_size"),
-    ("negative samples", lambda: ep.split(-1, 2, 0), ValueError, "num_samples_or_array must"),
-    ("ragged array", lambda: ep.split([[1], [2, 3]], 2, 0), ValueError, "num_samples_or_array"),
-    ("0-d float array", lambda: ep.split(np.array(1.5), 2, 0), TypeError, "num_samples_or_array"),
-    ("huge range", lambda: ep.split(range(2**62), 2, 0), OverflowError, "num_samples_or_array"),
-    ("range too long", lambda: ep.split(range(2**70), 2, 0), OverflowError, "num_samples_or_array"),
+    ("negative rank", lambda: ep.split(10, -1, 2), ValueError, "rank"),
+    ("float rank", lambda: ep.split(10, 1.0, 2), TypeError, "rank"),
+    ("bool rank", lambda: ep.split(10, True, 2), TypeError, "rank"),
+    ("str world_size", lambda: ep.split(10, 0, "2"), TypeError, "world_size"),
+    ("negative samples", lambda: ep.split(-1, 0, 2), ValueError, "num_samples_or_array must"),
+    ("ragged array", lambda: ep.split([[1], [2, 3]], 0, 2), ValueError, "num_samples_or_array"),
+    ("0-d float array", lambda: ep.split(np.array(1.5), 0, 2), TypeError, "num_samples_or_array"),
+    ("huge range", lambda: ep.split(range(2**62), 0, 2), OverflowError, "num_samples_or_array"),
+    ("range too long", lambda: ep.split(range(2**70), 0, 2), OverflowError, "num_samples_or_array"),
     (
         "range beyond int64",
-        lambda: ep.split(range(2**63, 2**63 + 4), 2, 0),
+        lambda: ep.split(range(2**63, 2**63 + 4), 0, 2),
         OverflowError,
         "num_samples_or_array",
     ),
     (
         # Rank 0's share would fit: every rank refuses alike.
         "range partly beyond int64",
-        lambda: ep.split(range(2**63 - 3, 2**63 + 3), 2, 0, "contiguous"),
+        lambda: ep.split(range(2**63 - 3, 2**63 + 3), 0, 2, "contiguous"),
         OverflowError,
         "num_samples_or_array",
     ),
     (
         "range ending at 2**63",
-        lambda: ep.split(range(2**63 - 1, 2**63 + 1), 1, 0),
+        lambda: ep.split(range(2**63 - 1, 2**63 + 1), 0, 1),
         OverflowError,
         "num_samples_or_array's values must fit int64",
     ),
     (
         "range starting below -2**63",
-        lambda: ep.split(range(-(2**63) - 1, -(2**63) + 1), 1, 0),
+        lambda: ep.split(range(-(2**63) - 1, -(2**63) + 1), 0, 1),
         OverflowError,
         "num_samples_or_array's values must fit int64",
     ),
-    ("huge rank", lambda: ep.split(10, 2, 10**5000), ValueError, "Invalid rank an int of"),
-    ("float samples", lambda: ep.split(10.0, 2, 0), TypeError, "num_samples_or_array"),
-    ("bool samples", lambda: ep.split(True, 2, 0), TypeError, "num_samples_or_array"),
-    ("None samples", lambda: ep.split(None, 2, 0), TypeError, "num_samples_or_array"),
-    ("unknown mode", lambda: ep.split(10, 2, 0, "blocks"), ValueError, "mode"),
-    ("split too large", lambda: ep.split(2**62, 3, 0), OverflowError, "num_samples_or_array"),
-    ("mode not a str", lambda: ep.split(10, 2, 0, 1), TypeError, "mode"),
+    ("huge rank", lambda: ep.split(10, 10**5000, 2), ValueError, "Invalid rank an int of"),
+    ("float samples", lambda: ep.split(10.0, 0, 2), TypeError, "num_samples_or_array"),
+    ("bool samples", lambda: ep.split(True, 0, 2), TypeError, "num_samples_or_array"),
+    ("None samples", lambda: ep.split(None, 0, 2), TypeError, "num_samples_or_array"),
+    ("unknown mode", lambda: ep.split(10, 0, 2, "blocks"), ValueError, "mode"),
+    ("split too large", lambda: ep.split(2**62, 0, 3), OverflowError, "num_samples_or_array"),
+    ("mode not a str", lambda: ep.split(10, 0, 2, 1), TypeError, "mode"),
     # ints beyond what Python prints, flags where ints belong
     (
         "huge worker_id",
@@ -241,7 +236,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ),
     # a str that is not valid UTF-8 names no kind
     ("lone surrogate kind", lambda: ep.Permutation(3, kind="\udcff"), ValueError, "kind"),
-    ("lone surrogate mode", lambda: ep.split(10, 2, 0, "\udcff"), ValueError, "mode"),
+    ("lone surrogate mode", lambda: ep.split(10, 0, 2, "\udcff"), ValueError, "mode"),
     # threads
     ("negative threads", lambda: ep.set_num_threads(-1), ValueError, "num_threads"),
     ("too many threads", lambda: ep.set_num_threads(10**6), ValueError, "num_threads"),
@@ -279,19 +274,25 @@ def test_torch_bools_are_not_ints() -> None:
     et = pytest.importorskip("epochplan.torch")
     with pytest.raises(TypeError, match="seed must be an int, got Tensor"):
         et.DistributedSampler(range(3), 1, 0, seed=torch.tensor([3]))
-    with pytest.raises(TypeError, match="data_source_or_num_samples must be an int or a sized"):
-        et.ElasticBatchSampler(torch.tensor(True), 3, 1, num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="num_samples must be an int, got Tensor"):
+        et.ElasticBatchSampler(ep.PlanSpec(torch.tensor(True), 3), 1, num_replicas=1, rank=0)
 
 
-def test_a_dataset_whose_len_fails_is_named() -> None:
+def test_a_dataset_is_not_a_spec() -> None:
+    # A sampler takes a PlanSpec: a dataset (or its length) is an error naming
+    # the argument, and PlanSpec names a size that is not an int.
     et = pytest.importorskip("epochplan.torch")
 
     class Huge:
         def __len__(self) -> int:
             return 2**70
 
-    with pytest.raises(ValueError, match=r"data_source_or_num_samples must hold .* len"):
-        et.ElasticBatchSampler(Huge(), 3, 1, num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="spec"):
+        et.ElasticBatchSampler(Huge(), 1, num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="spec"):
+        et.ElasticBatchSampler(10, 1, num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="num_samples must be an int, got Huge"):
+        ep.PlanSpec(Huge(), 3)
 
 
 def test_ranges_are_in_messages() -> None:
@@ -349,7 +350,7 @@ def test_limits_are_accepted() -> None:
     assert 0 <= p[MAX - 1] < MAX
     assert len(ep.permutation(0)) == 0
     assert ep.Permutation(5, seed=np.uint64(2**64 - 1), epoch=np.int8(3)).seed == 2**64 - 1
-    assert ep.split(np.int32(10), np.int64(3), np.uint8(2)).tolist() == [2, 5, 8]
+    assert ep.split(np.int32(10), np.uint8(2), np.int64(3)).tolist() == [2, 5, 8]
 
 
 def test_partition_size_overflow_is_an_error() -> None:
@@ -383,7 +384,7 @@ def test_torch_tensors_numpy_cannot_read_are_type_errors_naming_the_argument() -
     calls: dict[str, tuple[str, Callable[[Any], object]]] = {
         "take": ("positions", lambda t: p.take(t)),
         "getitem": ("", lambda t: p[t]),
-        "split": ("num_samples_or_array", lambda t: ep.split(t, 2, 0)),
+        "split": ("num_samples_or_array", lambda t: ep.split(t, 0, 2)),
         "Permutation": ("num_samples", lambda t: ep.Permutation(t)),
         "split_step": ("ids", lambda t: plan.split_step(0, 0, 1, 5, t)),
         "get_shuffle": ("shard_sizes", lambda t: streaming.get_shuffle("py1s", t, 1, 0, 0, 100)),
@@ -394,4 +395,4 @@ def test_torch_tensors_numpy_cannot_read_are_type_errors_naming_the_argument() -
                 call(tensor)
     assert p.take(torch.tensor([1, 2])).tolist() == p.take([1, 2]).tolist()
     assert p[torch.tensor(3)] == p[3]
-    assert ep.split(torch.tensor([5, 6, 7]), 2, 1).tolist() == [6]
+    assert ep.split(torch.tensor([5, 6, 7]), 1, 2).tolist() == [6]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import epochplan._native as _native
-from epochplan import errors
+from epochplan import PlanSpec, errors
 from epochplan.planfile import PlanError, open_plan, write_plan
 from epochplan.planfile import write as planfile_write
 from epochplan.planfile.reader import RankFile
@@ -32,7 +32,7 @@ def test_the_error_classes_are_public_and_the_native_ones() -> None:
 
 
 def test_a_missing_rank_file_is_a_file_not_found_error_from_python_too(tmp_path: Path) -> None:
-    write_plan(tmp_path / "p", 100, 10, 2)
+    write_plan(tmp_path / "p", PlanSpec(100, 10), 2)
     d = open_plan(tmp_path / "p")
     rank_file = d.path / d.parsed.files[1].path
     rank_file.unlink()
@@ -78,7 +78,7 @@ def test_a_lock_that_cannot_be_taken_surfaces_as_itself(
 
     monkeypatch.setattr(planfile_write, "WriterLock", refuse)
     with pytest.raises(errors.PlanPermissionError) as info:
-        write_plan(tmp_path / "p", 100, 10, 2)
+        write_plan(tmp_path / "p", PlanSpec(100, 10), 2)
     assert info.value.errno == errno.EACCES
     assert str(info.value).startswith(f"{tmp_path / 'p'}: cannot write there: ")
     assert sorted(os.listdir(tmp_path)) == []

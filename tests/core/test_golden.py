@@ -25,7 +25,7 @@ import epochplan as ep
 
 FORMAT_VERSION = 1
 PREFIX = 4096
-CHUNKED = {"chunk_size": 64, "preload_nchunks": 4}
+CHUNKED = ep.Chunked(64, 4)
 SIZES = (0, 1, 2, 3, 10, 1000, 2**20 + 1, 10**9, 2**63 - 1)
 SEEDS = (0, 1, 2**64 - 1)
 EPOCHS = (0, 7)
@@ -67,8 +67,8 @@ def grid() -> list[tuple[str, int, int, int]]:
 def ids_of(kind: str, n: int, seed: int, epoch: int) -> np.ndarray:
     if kind == "uniform":
         return ep.permutation(n, seed=seed, epoch=epoch, kind="uniform")
-    extra = CHUNKED if kind == "chunked" else {}
-    p = ep.Permutation(n, seed=seed, epoch=epoch, kind=kind, **extra)
+    order = CHUNKED if kind == "chunked" else kind
+    p = ep.Permutation(n, seed=seed, epoch=epoch, kind=order)
     return p[: min(n, PREFIX)]
 
 
@@ -158,9 +158,9 @@ PLAN_GRID = [
 
 
 def golden_plan(kind: str, n: int, g: int, seed: int, epoch: int, drop_last: bool, cursor: int):
-    extra = CHUNKED if kind == "chunked" else {}
+    order = CHUNKED if kind == "chunked" else kind
     return ep.EpochPlan(
-        n, g, seed=seed, epoch=epoch, kind=kind, drop_last=drop_last, cursor=cursor, **extra
+        n, g, seed=seed, epoch=epoch, kind=order, drop_last=drop_last, cursor=cursor
     )
 
 

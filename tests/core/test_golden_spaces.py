@@ -70,7 +70,7 @@ GRID = [
     ("mix-weights", "identity", 4096, 8, 128, 0, 2, 1),
     ("mix-classes", "identity", 64, 8, 4, 0, 3, 2),
 ]
-CHUNKED = {"chunk_size": 4, "preload_nchunks": 3}
+CHUNKED = ep.Chunked(4, 3)
 
 
 @functools.cache
@@ -80,8 +80,8 @@ def space(name: str) -> ep.Selection | ep.Mixture:
 
 def entry_plan(entry: tuple) -> ep.EpochPlan:
     name, kind, g, _w, _b, cursor, seed, epoch = entry
-    extra = CHUNKED if kind == "chunked" else {}
-    return ep.EpochPlan(space(name), g, seed=seed, epoch=epoch, kind=kind, cursor=cursor, **extra)
+    order = CHUNKED if kind == "chunked" else kind
+    return ep.EpochPlan(space(name), g, seed=seed, epoch=epoch, kind=order, cursor=cursor)
 
 
 def digest(entry: tuple) -> tuple[str, str, list[int]]:

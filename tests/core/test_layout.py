@@ -30,8 +30,8 @@ def test_objects_with_only_index_are_ints() -> None:
     assert p[Index(3)] == p[3]
     assert EpochPlan(10, Index(4)).num_steps == 3
     assert _native._check_int(Index(5), "x", 0, 10) == 5
-    assert epochplan.split(10, Index(2), 0).tolist() == [0, 2, 4, 6, 8]
-    assert epochplan.split(Index(10), 2, Index(1)).tolist() == [1, 3, 5, 7, 9]
+    assert epochplan.split(10, 0, Index(2)).tolist() == [0, 2, 4, 6, 8]
+    assert epochplan.split(Index(10), Index(1), 2).tolist() == [1, 3, 5, 7, 9]
 
 
 @pytest.mark.parametrize(
@@ -108,8 +108,8 @@ def test_limits_and_names_are_exported_once() -> None:
     assert _native.KINDS == ("cipher", "uniform", "chunked", "identity")
     assert set(_native.STREAMING_ALGOS) == {"naive", "py1s", "py2s", "py1br", "py1e"}
     for kind in _native.KINDS:
-        extra = {"chunk_size": 2} if kind == "chunked" else {}
-        assert Permutation(4, kind=kind, **extra).kind == kind
+        order = epochplan.Chunked(2) if kind == "chunked" else kind
+        assert Permutation(4, kind=order).kind == kind
     _native.set_num_threads(_native.MAX_THREADS)
     with pytest.raises(ValueError, match=f"in \\[0, {_native.MAX_THREADS}\\]"):
         _native.set_num_threads(_native.MAX_THREADS + 1)
@@ -170,16 +170,7 @@ def test_plan_file_errors_are_plan_errors_and_keep_their_os_kind(tmp_path: Path)
 
 
 def test_a_writer_names_its_files_by_their_display_paths(tmp_path: Path) -> None:
-    plan = {
-        "num_samples": 10,
-        "global_batch_size": 4,
-        "seed": 0,
-        "epoch": 0,
-        "kind": "cipher",
-        "chunk_size": None,
-        "preload_nchunks": None,
-        "drop_last": False,
-    }
+    plan = EpochPlan(10, 4)
     paths = [str(tmp_path / f"r{r}.npy") for r in range(2)]
     (tmp_path / "r0.npy").write_bytes(b"")
     with pytest.raises(_native.PlanFileExistsError) as info:

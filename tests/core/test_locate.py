@@ -58,8 +58,8 @@ def check(
 def test_every_sample_is_located_where_it_is_dealt(
     n: int, g: int, world: int, b: int, kind: str, drop_last: bool, seed: int
 ) -> None:
-    extra: dict[str, Any] = {"chunk_size": 7, "preload_nchunks": 2} if kind == "chunked" else {}
-    plan = ep.EpochPlan(n, g, seed=seed, kind=kind, drop_last=drop_last, **extra)
+    order: Any = ep.Chunked(7, 2) if kind == "chunked" else kind
+    plan = ep.EpochPlan(n, g, seed=seed, kind=order, drop_last=drop_last)
     check(plan, n, world, b)
 
 
@@ -81,7 +81,7 @@ def test_a_space_locates_its_ids_and_refuses_none(space: Any) -> None:
 
 def test_a_token_plan_is_located_through_its_dealing() -> None:
     lengths = np.random.default_rng(1).integers(1, 200, 500).astype(np.int32)
-    plan = ep.EpochPlan(500, 64, seed=2, lengths=lengths)
+    plan = ep.EpochPlan(500, 64, seed=2, tokens=ep.Tokens(lengths))
     check(plan, 500, 4, None, max_tokens=600)
     check(plan, 500, 3, 5, max_tokens=None)
 

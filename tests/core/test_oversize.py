@@ -29,16 +29,12 @@ def lognormal(n: int, seed: int) -> np.ndarray:
 
 
 def sampler(lengths, world, rank, **kw) -> ElasticBatchSampler:
+    tokens = ep.Tokens(lengths, kw.pop("loss_tokens", None), oversize=kw.pop("oversize", "error"))
+    spec = ep.PlanSpec(
+        kw.pop("space", len(lengths)), kw.pop("global_batch_size", 16), seed=4, tokens=tokens
+    )
     return ElasticBatchSampler(
-        kw.pop("space", len(lengths)),
-        kw.pop("global_batch_size", 16),
-        None,
-        num_replicas=world,
-        rank=rank,
-        seed=4,
-        lengths=lengths,
-        max_tokens=kw.pop("max_tokens", CAP),
-        **kw,
+        spec, None, max_tokens=kw.pop("max_tokens", CAP), rank=rank, num_replicas=world, **kw
     )
 
 
@@ -46,7 +42,7 @@ def test_a_plan_refuses_oversize_samples_at_its_first_micro_batches_call() -> No
     lengths = lognormal(2000, 1)
     over = np.flatnonzero(lengths > CAP)
     assert 10 < over.size < 500
-    plan = ep.EpochPlan(len(lengths), 16, lengths=lengths)
+    plan = ep.EpochPlan(len(lengths), 16, tokens=ep.Tokens(lengths))
     ids, got = plan.oversize(CAP)
     assert ids.tolist() == over.tolist() and got.tolist() == lengths[over].tolist()
     with pytest.raises(ValueError) as e:
@@ -65,7 +61,7 @@ def test_a_plan_refuses_oversize_samples_at_its_first_micro_batches_call() -> No
 def test_a_plan_over_a_selection_reports_only_the_selections_samples() -> None:
     lengths = np.array([100, 1, 200, 2, 300, 3], dtype=np.int32)
     sel = ep.Selection.from_ranges([(1, 4)], 6)
-    ids, got = ep.EpochPlan(sel, 2, lengths=lengths).oversize(50)
+    ids, got = ep.EpochPlan(sel, 2, tokens=ep.Tokens(lengths)).oversize(50)
     assert ids.tolist() == [2] and got.tolist() == [200]
 
 
@@ -182,12 +178,12 @@ def test_skip_over_a_selection_and_refusals() -> None:
     mix = ep.Mixture([3, 4], weights=[1, 1], num_samples=6)
     with pytest.raises(ValueError, match="Mixture"):
         sampler(lengths, 2, 0, space=mix, global_batch_size=2, oversize="skip", max_tokens=50)
-    with pytest.raises(ValueError, match="max_length needs lengths"):
-        ep.EpochPlan(5, 2, max_length=3)
+    with pytest.raises(TypeError, match="lengths must be an array"):
+        ep.EpochPlan(5, 2, tokens=ep.Tokens(None, max_length=3))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_length"):
-        ep.EpochPlan(5, 2, lengths=np.ones(5, dtype=np.int32), max_length=0)
+        ep.EpochPlan(5, 2, tokens=ep.Tokens(np.ones(5, dtype=np.int32), max_length=0))
     with pytest.raises(ValueError, match="max_tokens"):
-        ep.EpochPlan(5, 2, lengths=np.ones(5, dtype=np.int32)).oversize(0)
+        ep.EpochPlan(5, 2, tokens=ep.Tokens(np.ones(5, dtype=np.int32))).oversize(0)
     with pytest.raises(ValueError, match="no lengths"):
         ep.EpochPlan(5, 2).oversize(3)
 
@@ -197,7 +193,7 @@ def test_the_scan_reads_a_memmap_once_in_order(tmp_path) -> None:
     path = tmp_path / "lengths.i32"
     lengths.tofile(path)
     mm = np.memmap(path, dtype=np.int32, mode="r")
-    plan = ep.EpochPlan(len(mm), 1024, lengths=mm)
+    plan = ep.EpochPlan(len(mm), 1024, tokens=ep.Tokens(mm))
     ids, _ = plan.oversize(CAP)
     assert ids.tolist() == np.flatnonzero(lengths > CAP).tolist()
     again, _ = plan.oversize(CAP)
@@ -211,12 +207,22 @@ def test_plan_files_refuse_before_writing_or_skip_the_samples(tmp_path) -> None:
     over = np.flatnonzero(lengths > CAP)
     assert over.size > 0
     with pytest.raises(ValueError, match=f"lengths: {over.size} samples are longer"):
-        write_plan(tmp_path / "refused", 400, 32, 3, lengths=lengths, max_tokens=CAP)
+        write_plan(
+            tmp_path / "refused", ep.PlanSpec(400, 32, tokens=ep.Tokens(lengths)), 3, max_tokens=CAP
+        )
     assert not (tmp_path / "refused").exists()  # nothing written
     with pytest.raises(ValueError, match='oversize="truncate" is not available'):
-        write_plan(tmp_path / "t", 400, 32, 3, lengths=lengths, max_tokens=CAP, oversize="truncate")
+        write_plan(
+            tmp_path / "t",
+            ep.PlanSpec(400, 32, tokens=ep.Tokens(lengths, oversize="truncate")),
+            3,
+            max_tokens=CAP,
+        )
     d = write_plan(
-        tmp_path / "s", 400, 32, 3, seed=4, lengths=lengths, max_tokens=CAP, oversize="skip"
+        tmp_path / "s",
+        ep.PlanSpec(400, 32, seed=4, tokens=ep.Tokens(lengths, oversize="skip")),
+        3,
+        max_tokens=CAP,
     )
     ids = np.concatenate([d.rank_ids(0, r) for r in range(3)])
     assert sorted(ids.tolist()) == sorted(set(range(400)) - set(over.tolist()))
@@ -257,7 +263,7 @@ def test_a_plan_over_a_mixture_reports_only_its_sources_samples() -> None:
     evens = ep.Selection.from_indices([0, 2, 4], 6)
     odds = ep.Selection.from_indices([1, 3, 5], 6)
     mix = ep.Mixture([odds, evens], quotas=[3, 0])  # no even sample this epoch
-    ids, _ = ep.EpochPlan(mix, 3, lengths=lengths).oversize(50)
+    ids, _ = ep.EpochPlan(mix, 3, tokens=ep.Tokens(lengths)).oversize(50)
     assert ids.tolist() == [0, 2, 4]  # a later epoch (or phase) may take them
-    ids, _ = ep.EpochPlan(ep.Mixture([odds]), 3, lengths=lengths).oversize(50)
+    ids, _ = ep.EpochPlan(ep.Mixture([odds]), 3, tokens=ep.Tokens(lengths)).oversize(50)
     assert ids.tolist() == []

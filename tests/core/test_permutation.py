@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import epochplan as ep
 
 MAX = 2**63 - 1
-CHUNKED: dict[str, Any] = {"kind": "chunked", "chunk_size": 64, "preload_nchunks": 4}
+CHUNKED: dict[str, Any] = {"kind": ep.Chunked(64, 4)}
 KINDS: dict[str, dict[str, Any]] = {
     "cipher": {"kind": "cipher"},
     "uniform": {"kind": "uniform"},
@@ -109,7 +109,7 @@ def test_membership_is_the_range_and_takes_no_scan() -> None:
     [(3, MAX), (2**40, 2**40), (2**62, MAX), (MAX, MAX), (1, 2**62), (10**18, 2**62)],
 )
 def test_chunked_layouts_wider_than_the_data(chunk_size: int, preload_nchunks: int) -> None:
-    layout = {"kind": "chunked", "chunk_size": chunk_size, "preload_nchunks": preload_nchunks}
+    layout = {"kind": ep.Chunked(chunk_size, preload_nchunks)}
     p = ep.Permutation(MAX, seed=2, **layout)
     ids = np.concatenate([p[:1000], p[-1000:], p.take([2**62, 2**61 + 5])])
     assert ids.min() >= 0 and len(set(ids.tolist())) == len(ids)
@@ -224,8 +224,8 @@ def test_distinct_positions_give_distinct_ids_at_any_size(
     """Bijection at sizes no test can enumerate: distinct positions (random,
     and the ends of the range) give distinct ids in range, alike one by one
     and as an array."""
-    extra = {"chunk_size": 1000, "preload_nchunks": 3} if kind == "chunked" else {}
-    p = ep.Permutation(n, seed=seed, kind=kind, **extra)
+    order = ep.Chunked(1000, 3) if kind == "chunked" else kind
+    p = ep.Permutation(n, seed=seed, kind=order)
     positions = data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=40))
     positions = sorted(positions | {0, n - 1, n // 2})
     ids = p.take(np.array(positions, dtype=np.int64))
@@ -305,7 +305,9 @@ def fingerprint() -> str:
         plan = ep.EpochPlan(3_000_017, 4096, seed=5, epoch=2, **kinds)
         parts.append(plan.rank_indices(1, 3))
     with tempfile.TemporaryDirectory() as tmp:
-        d = write_plan(os.path.join(tmp, "p"), 3_000_017, 4096, 2, seed=5, epochs=(0, 1))
+        d = write_plan(
+            os.path.join(tmp, "p"), ep.PlanSpec(3_000_017, 4096, seed=5), 2, epochs=(0, 1)
+        )
         verify_plan(d.path)
         checksums = " ".join(f["blake3"] for f in d.manifest["files"])
     return "".join(sha(x) for x in parts) + hashlib.sha256(checksums.encode()).hexdigest()
@@ -384,7 +386,7 @@ def test_repr() -> None:
         == "Permutation(num_samples=10, seed=1, epoch=2, kind='cipher')"
     )
     assert repr(ep.Permutation(10, **CHUNKED)).endswith(
-        "kind='chunked', chunk_size=64, preload_nchunks=4)"
+        "kind=Chunked(chunk_size=64, preload_nchunks=4))"
     )
 
 
@@ -395,7 +397,7 @@ def test_repr() -> None:
 def test_split_covers_every_position_once(mode: str) -> None:
     for n in range(0, 40):
         for world in range(1, 9):
-            shares = [ep.split(n, world, r, mode) for r in range(world)]
+            shares = [ep.split(n, r, world, mode) for r in range(world)]
             assert all(s.dtype == np.int64 for s in shares)
             assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(n))
             sizes = [len(s) for s in shares]
@@ -412,11 +414,11 @@ def test_split_of_an_array_is_the_same_share() -> None:
     ids = np.asarray(ep.Permutation(1001, seed=4))
     for mode in ("strided", "contiguous"):
         for r in range(7):
-            share = ep.split(ids, 7, r, mode)
-            assert np.array_equal(share, ids[ep.split(1001, 7, r, mode)])
-    assert ep.split([5, 6, 7], 2, 1).tolist() == [6]
-    assert ep.split(np.int64(10), 3, 1).tolist() == [1, 4, 7]
-    big = ep.split(10**15, 10**14, 10**14 - 1)
+            share = ep.split(ids, r, 7, mode)
+            assert np.array_equal(share, ids[ep.split(1001, r, 7, mode)])
+    assert ep.split([5, 6, 7], 1, 2).tolist() == [6]
+    assert ep.split(np.int64(10), 1, 3).tolist() == [1, 4, 7]
+    big = ep.split(10**15, 10**14 - 1, 10**14)
     assert big.tolist() == [(k + 1) * 10**14 - 1 for k in range(10)]
 
 
@@ -426,7 +428,7 @@ def test_split_rejects_bad_ranks_like_torch(world: int, rank: int) -> None:
     with pytest.raises(ValueError) as torch_error:
         torch_data.DistributedSampler(range(10), num_replicas=world, rank=rank)
     with pytest.raises(ValueError) as ours:
-        ep.split(10, world, rank)
+        ep.split(10, rank, world)
     assert str(ours.value) == str(torch_error.value)
 
 
@@ -439,7 +441,7 @@ def test_split_rejects_world_size_zero() -> None:
 def test_split_of_a_share_too_large_to_hold_is_an_error(n: int) -> None:
     # numpy's arange gives an empty array near 2**63: never a silent empty share.
     with pytest.raises(OverflowError, match="cannot allocate"):
-        ep.split(n, 1, 0)
+        ep.split(n, 0, 1)
 
 
 @pytest.mark.parametrize(("chunk_size", "window"), [(64, 4), (1000, 3), (7, 13), (10, 2)])
@@ -449,7 +451,7 @@ def test_chunked_windows_are_whole_chunks_at_the_largest_n(chunk_size: int, wind
     # Its start is j * chunk_size * window, less the short chunk's deficit
     # after the window holding it (see the README).
     n = 2**63 - 1
-    p = ep.Permutation(n, seed=11, kind="chunked", chunk_size=chunk_size, preload_nchunks=window)
+    p = ep.Permutation(n, seed=11, kind=ep.Chunked(chunk_size, window))
     width = chunk_size * window
     deficit = -n % chunk_size
     rng = np.random.default_rng(0)
@@ -478,7 +480,7 @@ def test_chunked_windows_far_apart_are_shuffled_apart() -> None:
     # Chunks of 2, one chunk a window: each window keeps or swaps its pair by
     # its own key. Windows 2^32 apart must not share keys (a key index cut to
     # 32 bits would make the 64 pairs below agree).
-    p = ep.Permutation(2**34, seed=0, kind="chunked", chunk_size=2, preload_nchunks=1)
+    p = ep.Permutation(2**34, seed=0, kind=ep.Chunked(2, 1))
     near = np.arange(64, dtype=np.int64) * 2
     far = near + 2 * 2**32
 

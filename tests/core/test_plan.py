@@ -17,7 +17,7 @@ KINDS = [
     {"kind": "cipher"},
     {"kind": "identity"},
     {"kind": "uniform"},
-    {"kind": "chunked", "chunk_size": 3, "preload_nchunks": 2},
+    {"kind": ep.Chunked(3, 2)},
 ]
 
 
@@ -116,10 +116,9 @@ def check_plan(plan: ep.EpochPlan, world: int, micro: int) -> None:
 
 
 def kind_of(plan: ep.EpochPlan) -> dict[str, object]:
-    extra: dict[str, object] = {"kind": plan.kind}
     if plan.kind == "chunked":
-        extra.update(chunk_size=plan.chunk_size, preload_nchunks=plan.preload_nchunks)
-    return extra
+        return {"kind": ep.Chunked(plan.chunk_size, plan.preload_nchunks)}
+    return {"kind": plan.kind}
 
 
 @settings(max_examples=400, deadline=None)
@@ -204,7 +203,7 @@ def test_elastic_step_sets(world: int) -> None:
         [
             {"kind": "cipher"},
             {"kind": "uniform"},
-            {"kind": "chunked", "chunk_size": 7, "preload_nchunks": 3},
+            {"kind": ep.Chunked(7, 3)},
             {"kind": "identity"},
         ]
     ),
@@ -283,7 +282,7 @@ def test_state_dict_is_constant_size_and_checked() -> None:
 
 
 def test_pickle_round_trip() -> None:
-    plan = ep.EpochPlan(1000, 7, seed=3, kind="chunked", chunk_size=10, preload_nchunks=3)
+    plan = ep.EpochPlan(1000, 7, seed=3, kind=ep.Chunked(10, 3))
     again = pickle.loads(pickle.dumps(plan.at_step(5)))
     assert again.state_dict() == plan.at_step(5).state_dict()
     assert np.array_equal(again.rank_indices(1, 3), plan.at_step(5).rank_indices(1, 3))
@@ -298,6 +297,7 @@ def test_pickle_round_trip() -> None:
         ({"num_samples": 10, "global_batch_size": 2, "drop_last": 1}, TypeError, "drop_last"),
         ({"num_samples": 10, "global_batch_size": 4, "cursor": 3}, ValueError, "cursor"),
         ({"num_samples": 10, "global_batch_size": 4, "kind": "nope"}, ValueError, "kind"),
+        ({"num_samples": 10, "global_batch_size": 4, "kind": "chunked"}, ValueError, "Chunked"),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, object], exc: type[Exception], name: str) -> None:

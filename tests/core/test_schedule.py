@@ -114,8 +114,8 @@ def test_a_sampler_follows_the_schedule_and_resumes_in_a_later_phase() -> None:
     assert mix.phases == [(0, [6, 6]), (1, [8, 4]), (2, [3, 9])]
     counts = []
     for e in range(3):
-        sampler = ElasticBatchSampler(mix, 4, 2, num_replicas=2, rank=0)
-        other = ElasticBatchSampler(mix, 4, 2, num_replicas=2, rank=1)
+        sampler = ElasticBatchSampler(ep.PlanSpec(mix, 4), 2, rank=0, num_replicas=2)
+        other = ElasticBatchSampler(ep.PlanSpec(mix, 4), 2, rank=1, num_replicas=2)
         ids = []
         for s in (sampler, other):
             s.set_epoch(e)
@@ -123,10 +123,12 @@ def test_a_sampler_follows_the_schedule_and_resumes_in_a_later_phase() -> None:
         counts.append([sum(i < 40 for i in ids), sum(i >= 40 for i in ids)])
     assert counts == [[6, 6], [8, 4], [3, 9]]
     # Stopped after a step of epoch 2 on 2 ranks, resumed on 3.
-    first = ElasticBatchSampler(mix, 4, 2, num_replicas=2, rank=0)
+    first = ElasticBatchSampler(ep.PlanSpec(mix, 4), 2, rank=0, num_replicas=2)
     first.set_epoch(2)
     state = first.state_dict_at_step(1)
-    resumed = [ElasticBatchSampler(mix, 4, 2, num_replicas=3, rank=r) for r in range(3)]
+    resumed = [
+        ElasticBatchSampler(ep.PlanSpec(mix, 4), 2, rank=r, num_replicas=3) for r in range(3)
+    ]
     rest = []
     for s in resumed:
         s.load_state_dict(state)
@@ -143,7 +145,7 @@ def test_phases_pickle_and_travel_in_plan_directories(tmp_path) -> None:
     back = pickle.loads(pickle.dumps(mix))
     assert back.phases == mix.phases and "phases=" in repr(mix)
     assert np.array_equal(np.asarray(back.epoch(4)), np.asarray(mix.epoch(4)))
-    write_plan(tmp_path / "p", mix, 3, 2, epochs=range(4))
+    write_plan(tmp_path / "p", ep.PlanSpec(mix, 3), 2, epochs=range(4))
     d = open_plan(tmp_path / "p")
     assert d.space.phases == mix.phases
     for e in range(4):

@@ -55,9 +55,9 @@ def test_selection_plans_are_exact_and_elastic(
     n: int, bits_seed: int, density: float, g: int, kind: str
 ) -> None:
     bits = np.random.default_rng(bits_seed).random(n) < density
-    extra = {"chunk_size": 3, "preload_nchunks": 2} if kind == "chunked" else {}
+    order = ep.Chunked(3, 2) if kind == "chunked" else kind
     for sel in selections(n, bits, bits_seed):
-        plan = ep.EpochPlan(sel, g, seed=5, kind=kind, **extra)
+        plan = ep.EpochPlan(sel, g, seed=5, kind=order)
         want = sorted(np.asarray(sel).tolist())
         reference = step_sets(plan, 1)
         for w in range(1, 18):
@@ -72,7 +72,7 @@ def test_selection_plans_are_exact_and_elastic(
         resumed = ep.EpochPlan.from_state_dict(state, space=sel)
         assert sorted(done + all_ids(resumed, 2)) == want
         # The permutation of the same order over the selection.
-        perm = ep.Permutation(sel, seed=5, kind=kind, **extra)
+        perm = ep.Permutation(sel, seed=5, kind=order)
         assert sorted(np.asarray(perm).tolist()) == want
 
 
@@ -158,7 +158,7 @@ def test_token_plans_over_a_selection_read_lengths_by_store_id() -> None:
     n = 200
     lengths = (np.arange(n) * 37 % 50 + 1).astype(np.int32)
     sel = ep.Selection.from_ranges([(20, 120)], n)
-    plan = ep.EpochPlan(sel, 16, lengths=lengths, seed=2)
+    plan = ep.EpochPlan(sel, 16, tokens=ep.Tokens(lengths), seed=2)
     want = sorted(range(20, 120))
     for w in (1, 3, 5):
         assert all_ids(plan, w) == want
@@ -171,9 +171,9 @@ def test_token_plans_over_a_selection_read_lengths_by_store_id() -> None:
             )
             assert abs(total - w) < 1e-9 and batches
     with pytest.raises(ValueError, match="lengths must hold one value per sample"):
-        ep.EpochPlan(sel, 16, lengths=lengths[:100])
+        ep.EpochPlan(sel, 16, tokens=ep.Tokens(lengths[:100]))
     mix = ep.Mixture([sel, ep.Selection.from_ranges([(150, 200)], n)], quotas=[30, 30], seed=1)
-    token_mix = ep.EpochPlan(mix, 8, lengths=lengths)
+    token_mix = ep.EpochPlan(mix, 8, tokens=ep.Tokens(lengths))
     for t in range(token_mix.num_steps):
         ids = token_mix.step_indices(t, 1, 2)
         src = token_mix.sources(t, 1, 2)
@@ -269,7 +269,7 @@ def test_samplers_take_index_spaces() -> None:
         elastic = [
             i
             for r in range(w)
-            for mb in ElasticBatchSampler(sel, 8, 2, num_replicas=w, rank=r)
+            for mb in ElasticBatchSampler(ep.PlanSpec(sel, 8), 2, num_replicas=w, rank=r)
             for i, wt in zip(mb, mb.weights, strict=True)
             if wt > 0
         ]
@@ -277,7 +277,7 @@ def test_samplers_take_index_spaces() -> None:
         chunked = [
             i
             for r in range(w)
-            for mb in ChunkSampler(sel, 4, 2, 8, num_replicas=w, rank=r)
+            for mb in ChunkSampler(sel, 8, ep.Chunked(4, 2), num_replicas=w, rank=r)
             for i, wt in zip(mb, mb.weights, strict=True)
             if wt > 0
         ]
@@ -286,7 +286,7 @@ def test_samplers_take_index_spaces() -> None:
         DistributedSampler(list(range(99)), 1, 0, selection=sel)
     # A mixture sampler stopped on 3 ranks resumes on 2 from its state.
     mix = ep.Mixture([40, 20], quotas=[30, 30], seed=4)
-    first = [ElasticBatchSampler(mix, 8, 2, num_replicas=3, rank=r) for r in range(3)]
+    first = [ElasticBatchSampler(ep.PlanSpec(mix, 8), 2, num_replicas=3, rank=r) for r in range(3)]
     state = first[0].state_dict_at_step(3)
     done = [
         i
@@ -298,14 +298,14 @@ def test_samplers_take_index_spaces() -> None:
     ]
     rest = []
     for r in range(2):
-        s = ElasticBatchSampler(mix, 8, 2, num_replicas=2, rank=r)
+        s = ElasticBatchSampler(ep.PlanSpec(mix, 8), 2, num_replicas=2, rank=r)
         s.load_state_dict(state)
         rest += [i for mb in s for i, wt in zip(mb, mb.weights, strict=True) if wt]
     assert Counter(done + rest) == Counter(np.asarray(mix.epoch(0)).tolist())
     other = ElasticBatchSampler(
-        ep.Mixture([40, 20], quotas=[31, 29], seed=4), 8, 2, num_replicas=2, rank=0
+        ep.PlanSpec(ep.Mixture([40, 20], quotas=[31, 29], seed=4), 8), 2, num_replicas=2, rank=0
     )
     with pytest.raises(ValueError, match="space differs"):
         other.load_state_dict(state)
-    with pytest.raises(TypeError, match="must be the Mixture, not one of its epochs"):
-        ElasticBatchSampler(mix.epoch(1), 8, 2, num_replicas=2, rank=0)
+    with pytest.raises(TypeError, match="the Mixture, not one of its epochs"):
+        ElasticBatchSampler(ep.PlanSpec(mix.epoch(1), 8), 2, num_replicas=2, rank=0)

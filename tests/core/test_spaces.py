@@ -92,7 +92,7 @@ def check_against_model(sel: ep.Selection, model: IntArray, data: st.DataObject 
     assert sel.to_mask().tolist() == store.tolist()
     assert [i in sel for i in range(-1, sel.num_samples + 1)] == [False, *store.tolist(), False]
     again = pickle.loads(pickle.dumps(sel))
-    assert again == sel and hash(again) == hash(sel) and again.kind == sel.kind
+    assert again == sel and hash(again) == hash(sel) and again.form == sel.form
     assert np.asarray(again).tolist() == model.tolist()
 
 
@@ -109,15 +109,15 @@ def test_empty_single_and_full_selections_index_as_their_model(case: int) -> Non
     check_against_model(*FIXED[case], None)
 
 
-def test_kinds_and_reprs_name_the_form() -> None:
+def test_forms_and_reprs_name_the_form() -> None:
     sel = ep.Selection.from_ranges([(0, 3), (3, 5), (7, 9)], 10)
-    assert sel.kind == "ranges" and sel.ranges == [(0, 5), (7, 9)]
-    assert repr(sel) == "Selection(kind='ranges', len=7, num_samples=10, ranges=[(0, 5), (7, 9)])"
-    assert ep.Selection.from_mask([True]).kind == "mask"
-    assert ep.Selection.from_indices([0], 1).kind == "indices"
+    assert sel.form == "ranges" and sel.ranges == [(0, 5), (7, 9)]
+    assert repr(sel) == "Selection(form='ranges', len=7, num_samples=10, ranges=[(0, 5), (7, 9)])"
+    assert ep.Selection.from_mask([True]).form == "mask"
+    assert ep.Selection.from_indices([0], 1).form == "indices"
     part = ep.random_split(10, [4, 6], seed=5)[1]
-    assert part.kind == "split" and part.ranges is None
-    assert repr(part) == "Selection(kind='split', len=6, num_samples=10, seed=5, start=4)"
+    assert part.form == "split" and part.ranges is None
+    assert repr(part) == "Selection(form='split', len=6, num_samples=10, seed=5, start=4)"
 
 
 def test_equality_is_the_same_ids_in_the_same_order_of_one_store() -> None:
@@ -186,7 +186,7 @@ def test_set_operations_agree_with_numpy(case: tuple[str, int, Any, Any]) -> Non
         (a - b, np.setdiff1d(ia, ib)),
         (~a, np.setdiff1d(store, ia)),
     ]:
-        assert got.kind == kind and got.num_samples == n
+        assert got.form == kind and got.num_samples == n
         assert np.asarray(got).tolist() == want.tolist()
 
 

@@ -229,9 +229,7 @@ def numpy_chunked(n: int, seed: int, epoch: int) -> Ids:
 
 
 def ours_chunked(n: int, seed: int, epoch: int) -> Ids:
-    p = ep.Permutation(
-        n, seed=seed, epoch=epoch, kind="chunked", chunk_size=CHUNK, preload_nchunks=WINDOW
-    )
+    p = ep.Permutation(n, seed=seed, epoch=epoch, kind=ep.Chunked(CHUNK, WINDOW))
     return np.asarray(p)
 
 

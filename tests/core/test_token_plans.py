@@ -42,10 +42,8 @@ def token_plans(draw: st.DrawFn) -> tuple[ep.EpochPlan, np.ndarray, np.ndarray |
         n,
         g,
         seed=draw(st.integers(0, 3)),
-        lengths=lengths,
-        loss_tokens=loss,
-        cost=cost,
         drop_last=draw(st.booleans()),
+        tokens=ep.Tokens(lengths, loss, cost=cost),
     )
     return plan, lengths.astype(np.int64), None if loss is None else loss.astype(np.int64)
 
@@ -158,7 +156,7 @@ def test_states_round_trip_and_refuse_other_lengths(
 
 def test_equal_lengths_deal_as_strided_and_samples_normalisation_weighs_by_count() -> None:
     lengths = np.full(23, 7, dtype=np.int32)
-    tokens = ep.EpochPlan(23, 5, lengths=lengths, loss_normalization="samples")
+    tokens = ep.EpochPlan(23, 5, tokens=ep.Tokens(lengths, loss_normalization="samples"))
     strided = ep.EpochPlan(23, 5)
     for t in range(tokens.num_steps):
         for r in range(3):
@@ -168,7 +166,7 @@ def test_equal_lengths_deal_as_strided_and_samples_normalisation_weighs_by_count
 
 
 def test_a_step_without_loss_tokens_weighs_nothing() -> None:
-    plan = ep.EpochPlan(4, 4, lengths=[3, 1, 2, 5], loss_tokens=[0, 0, 0, 0])
+    plan = ep.EpochPlan(4, 4, tokens=ep.Tokens([3, 1, 2, 5], [0, 0, 0, 0]))
     assert plan.step_tokens(0) == 0
     for r in range(2):
         for _, weights in plan.step_micro_batches(0, r, 2, max_tokens=5):
@@ -177,7 +175,7 @@ def test_a_step_without_loss_tokens_weighs_nothing() -> None:
 
 def test_fillers_are_the_steps_shortest_sample_with_weight_zero() -> None:
     lengths = np.array([9, 4, 6], dtype=np.int64)
-    plan = ep.EpochPlan(3, 3, kind="identity", lengths=lengths)
+    plan = ep.EpochPlan(3, 3, kind="identity", tokens=ep.Tokens(lengths))
     batches = [plan.step_micro_batches(0, r, 5, 1) for r in range(5)]
     assert {len(b) for b in batches} == {1}
     fillers = [b[0] for b in batches if not b[0][1].any()]
@@ -190,7 +188,8 @@ def test_bad_token_arguments_name_themselves() -> None:
         ({"lengths": lengths[:9]}, ValueError, "lengths must hold one value per sample"),
         ({"lengths": lengths.astype(np.float32)}, TypeError, "lengths must be an array of int"),
         ({"lengths": lengths.reshape(2, 5)}, ValueError, "lengths must be a 1-d array"),
-        ({"loss_tokens": lengths}, ValueError, "loss_tokens needs lengths"),
+        # loss_tokens alone: Tokens needs lengths first.
+        ({"lengths": None, "loss_tokens": lengths}, TypeError, "lengths must be an array"),
         ({"lengths": lengths, "loss_tokens": lengths[:3]}, ValueError, "loss_tokens must hold"),
         ({"lengths": lengths, "cost": (0, 0)}, ValueError, "cost must be"),
         ({"lengths": lengths, "cost": "flops"}, ValueError, "cost must be"),
@@ -198,8 +197,12 @@ def test_bad_token_arguments_name_themselves() -> None:
     ]
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
-            ep.EpochPlan(10, 4, **kwargs)  # type: ignore[arg-type]
-    plan = ep.EpochPlan(10, 10, kind="identity", lengths=lengths)
+            ep.EpochPlan(10, 4, tokens=ep.Tokens(**kwargs))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tokens must be a Tokens"):
+        ep.EpochPlan(10, 4, tokens=lengths)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="lengths"):
+        ep.Tokens(loss_tokens=lengths)  # type: ignore[call-arg]
+    plan = ep.EpochPlan(10, 10, kind="identity", tokens=ep.Tokens(lengths))
     with pytest.raises(ValueError, match="micro_batch_size and max_tokens cannot both be None"):
         plan.step_micro_batches(0, 0, 2)
     with pytest.raises(ValueError, match="max_tokens must be an int in"):
@@ -209,7 +212,7 @@ def test_bad_token_arguments_name_themselves() -> None:
     ):
         list(plan.micro_batches(0, 2, max_tokens=8))
     with pytest.raises(ValueError, match=r"lengths must be >= 0 .* lengths\[1\] = -1"):
-        ep.EpochPlan(10, 10, kind="identity", lengths=-lengths).step_indices(0, 0, 1)
+        ep.EpochPlan(10, 10, kind="identity", tokens=ep.Tokens(-lengths)).step_indices(0, 0, 1)
     with pytest.raises(ValueError, match="max_tokens needs lengths"):
         ep.EpochPlan(10, 4).step_micro_batches(0, 0, 2, 2, max_tokens=5)
 
@@ -227,12 +230,12 @@ def test_a_memmapped_int32_lengths_file_is_read_per_step_not_whole(tmp_path: Pat
                     return int(line.split()[1]) * 1024
         lengths = np.memmap({str(path)!r}, dtype=np.int32, mode="r")
         assert int(lengths.sum(dtype=np.int64)) > 0  # every page of the file resident now
-        warm = ep.EpochPlan(8, 4, lengths=lengths[:8])  # numpy's C API and the like, once
+        warm = ep.EpochPlan(8, 4, tokens=ep.Tokens(lengths[:8]))  # numpy's C API and the like, once
         next(iter(warm.micro_batches(0, 2, 2)))
         warm.state_dict()
         open("/proc/self/clear_refs", "w").write("5")  # resets the peak to the current RSS
         base = status("VmHWM")
-        plan = ep.EpochPlan({n}, 1024, seed=1, lengths=lengths)
+        plan = ep.EpochPlan({n}, 1024, seed=1, tokens=ep.Tokens(lengths))
         count = 0
         for step in plan.micro_batches(3, 8, max_tokens=65536):
             count += sum(len(ids) for ids, w in step if w[0] > 0)

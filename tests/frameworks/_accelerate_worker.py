@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import epochplan.accelerate
 import epochplan.torch as et
+from epochplan import PlanSpec
 from epochplan.torch.dcp import PlanState
 from tests._support.torchrun import exit_without_finalization
 
@@ -59,7 +60,7 @@ def main(out: Path, name: str, checkpoint: str | None) -> None:
     accelerator = Accelerator(cpu=True)
     rank = accelerator.process_index
     data = dataset()
-    elastic = et.ElasticBatchSampler(data, G, B, seed=SEED)
+    elastic = et.ElasticBatchSampler(PlanSpec(len(data), G, seed=SEED), B)
     result: dict[str, Any] = {
         "refused_elastic": refused(
             accelerator,
@@ -72,7 +73,7 @@ def main(out: Path, name: str, checkpoint: str | None) -> None:
         ),
     }
 
-    sampler = et.ElasticBatchSampler(data, G, B, seed=SEED)
+    sampler = et.ElasticBatchSampler(PlanSpec(len(data), G, seed=SEED), B)
     loader = DataLoader(
         sampler.wrap_dataset(data),
         batch_sampler=sampler,

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 import epochplan.torch as et
+from epochplan import PlanSpec
 from epochplan.torch.dcp import PlanState
 from tests._support.torchrun import exit_without_finalization
 
@@ -43,7 +44,7 @@ def main(out: Path, mode: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     data = dataset()
-    sampler = et.ElasticBatchSampler(data, G, B, seed=SEED)
+    sampler = et.ElasticBatchSampler(PlanSpec(len(data), G, seed=SEED), B)
     loader = DataLoader(
         sampler.wrap_dataset(data),
         batch_sampler=sampler,

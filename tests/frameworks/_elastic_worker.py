@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
+from epochplan import PlanSpec
 from epochplan.torch import ElasticBatchSampler
 
 N, G, B, SEED, EPOCHS, DIM, LR = 61, 6, 2, 4, 2, 3, 0.05  # 11 steps an epoch
@@ -42,7 +43,7 @@ def main(out: Path) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     data = dataset()
-    sampler = ElasticBatchSampler(data, G, B, seed=SEED)
+    sampler = ElasticBatchSampler(PlanSpec(len(data), G, seed=SEED), B)
     loader = DataLoader(
         sampler.wrap_dataset(data),
         batch_sampler=sampler,

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 import epochplan.torch as et
+from epochplan import PlanSpec
 
 N, G, B, SEED, EPOCHS, DIM, LR = 37, 8, 3, 9, 2, 3, 0.05
 
@@ -34,7 +35,7 @@ def dataset() -> TensorDataset:
 
 
 def sampler(**kwargs: int) -> et.ElasticBatchSampler:
-    return et.ElasticBatchSampler(N, G, B, seed=SEED, **kwargs)
+    return et.ElasticBatchSampler(PlanSpec(N, G, seed=SEED), B, **kwargs)
 
 
 def loader_of(sampler: et.ElasticBatchSampler) -> DataLoader[Any]:

@@ -32,6 +32,7 @@ from transformers import (
 )
 
 import epochplan.torch as et
+from epochplan import Tokens
 from epochplan.torch import WeightedBatch
 from epochplan.transformers import PlanTrainer
 from tests._support.torchrun import exit_without_finalization
@@ -148,7 +149,7 @@ def run(out: Path, name: str, tokens: bool, stop_after: int | None, resume: str 
     )
     token_args: dict[str, Any] = {}
     if tokens:
-        token_args = {"lengths": lengths(), "loss_tokens": lengths() - 1, "max_tokens": MAX_TOKENS}
+        token_args = {"tokens": Tokens(lengths(), lengths() - 1), "max_tokens": MAX_TOKENS}
     trainer = Recorded(
         model(),
         args,

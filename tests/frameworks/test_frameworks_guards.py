@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 import epochplan.torch as et
+from epochplan import PlanSpec
 
 
 class Pair(NamedTuple):
@@ -24,7 +25,7 @@ class Pair(NamedTuple):
 
 
 def a_batch() -> et.WeightedBatch:
-    sampler = et.ElasticBatchSampler(6, 6, 3, num_replicas=1, rank=0)
+    sampler = et.ElasticBatchSampler(PlanSpec(6, 6), 3, rank=0, num_replicas=1)
     data = [
         {"x": torch.tensor([float(i)]), "pair": Pair(torch.tensor(i), torch.tensor(-i))}
         for i in range(6)
@@ -81,7 +82,7 @@ class Resharding(Sampler[list[int]]):
 
 
 def test_a_foreign_wrapper_that_shards_again_is_refused_naming_it() -> None:
-    sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=2, rank=0)
+    sampler = et.ElasticBatchSampler(PlanSpec(8, 4), 2, rank=0, num_replicas=2)
     with pytest.raises(RuntimeError, match=r"Resharding \(with num_processes=2\) shards"):
         list(Resharding(sampler))
     strided = et.DistributedSampler(range(8), num_replicas=2, rank=0)
@@ -93,7 +94,7 @@ def test_a_foreign_wrapper_that_shards_again_is_refused_naming_it() -> None:
 def test_an_own_loop_holding_the_sampler_is_not_a_wrapper() -> None:
     class Loop:
         def __init__(self) -> None:
-            self.sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=2, rank=0)
+            self.sampler = et.ElasticBatchSampler(PlanSpec(8, 4), 2, rank=0, num_replicas=2)
             self.world_size = 2
 
         def run(self) -> int:
@@ -103,7 +104,7 @@ def test_an_own_loop_holding_the_sampler_is_not_a_wrapper() -> None:
 
 
 def test_a_second_pass_over_an_epoch_without_set_epoch_warns() -> None:
-    sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=1, rank=0)
+    sampler = et.ElasticBatchSampler(PlanSpec(8, 4), 2, rank=0, num_replicas=1)
     first = [list(b) for b in sampler]
     with pytest.warns(RuntimeWarning, match="epoch 0 a second time without set_epoch"):
         again = [list(b) for b in sampler]
@@ -125,7 +126,7 @@ def test_the_collates_error_names_the_frameworks_that_replace_batch_samplers() -
 def test_accelerates_skip_first_batches_is_refused_naming_the_fix() -> None:
     accelerate = pytest.importorskip("accelerate")
     accelerate.PartialState(cpu=True)  # one process, as the docs' Accelerator(cpu=True)
-    sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=1, rank=0)
+    sampler = et.ElasticBatchSampler(PlanSpec(8, 4), 2, rank=0, num_replicas=1)
     loader = DataLoader(
         sampler.wrap_dataset(list(range(8))), batch_sampler=sampler, collate_fn=sampler.collate()
     )
@@ -149,7 +150,7 @@ def test_lightning_refuses_to_rebuild_an_elastic_batch_sampler_naming_the_fix() 
     # What Lightning's Trainer does to a training loader on several processes
     # with use_distributed_sampler=True (the guide says to turn it off).
     data = pytest.importorskip("lightning.fabric.utilities.data")
-    sampler = et.ElasticBatchSampler(8, 4, 2, num_replicas=1, rank=0)
+    sampler = et.ElasticBatchSampler(PlanSpec(8, 4), 2, rank=0, num_replicas=1)
     loader = DataLoader(
         sampler.wrap_dataset(list(range(8))), batch_sampler=sampler, collate_fn=sampler.collate()
     )

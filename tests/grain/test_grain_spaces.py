@@ -54,7 +54,7 @@ def test_the_map_dataset_serves_later_epochs_of_a_mixture() -> None:
 
 def test_a_token_plan_is_refused_with_the_reason() -> None:
     lengths = np.arange(1, 41, dtype=np.int32)
-    plan = ep.EpochPlan(40, G, lengths=lengths)
+    plan = ep.EpochPlan(40, G, tokens=ep.Tokens(lengths))
     for make in (eg.EpochPlanSampler, eg.map_dataset):
         with pytest.raises(ValueError, match=r"^plan must be a plan without lengths: a token plan"):
             make(plan, ShardOptions(0, 2))

@@ -28,23 +28,25 @@ from epochplan.planfile import (
 from tests._support.plan_dirs import rank_file
 
 CASES = [
-    # (N, G, W, kind, chunk parameters, drop_last)
-    (0, 3, 2, "cipher", {}, False),
-    (1, 5, 3, "cipher", {}, False),
-    (1000, 64, 3, "cipher", {}, False),
-    (1001, 64, 8, "uniform", {}, True),
-    (5000, 100, 7, "chunked", {"chunk_size": 37, "preload_nchunks": 4}, False),
-    (777, 50, 4, "identity", {}, True),
-    (70_000, 1000, 2, "cipher", {}, True),
+    # (N, G, W, kind, the chunked order's value, drop_last)
+    (0, 3, 2, "cipher", None, False),
+    (1, 5, 3, "cipher", None, False),
+    (1000, 64, 3, "cipher", None, False),
+    (1001, 64, 8, "uniform", None, True),
+    (5000, 100, 7, "chunked", ep.Chunked(37, 4), False),
+    (777, 50, 4, "identity", None, True),
+    (70_000, 1000, 2, "cipher", None, True),
 ]
 
 
 @pytest.mark.parametrize(("n", "g", "w", "kind", "chunks", "drop_last"), CASES)
 def test_files_hold_the_rank_indices(
-    tmp_path: Path, n: int, g: int, w: int, kind: str, chunks: dict[str, int], drop_last: bool
+    tmp_path: Path, n: int, g: int, w: int, kind: str, chunks: ep.Chunked | None, drop_last: bool
 ) -> None:
     out = tmp_path / "plan"
-    d = write_plan(out, n, g, w, seed=5, epochs=[2, 0], kind=kind, drop_last=drop_last, **chunks)
+    order = chunks or kind
+    spec = ep.PlanSpec(n, g, seed=5, kind=order, drop_last=drop_last)
+    d = write_plan(out, spec, w, epochs=[2, 0])
     assert d.epochs == [2, 0]
     assert (d.num_samples, d.global_batch_size, d.world_size, d.seed, d.kind, d.drop_last) == (
         n,
@@ -56,7 +58,7 @@ def test_files_hold_the_rank_indices(
     )
     verify_plan(out)
     for epoch in (0, 2):
-        plan = ep.EpochPlan(n, g, seed=5, epoch=epoch, kind=kind, drop_last=drop_last, **chunks)
+        plan = ep.EpochPlan(n, g, seed=5, epoch=epoch, kind=order, drop_last=drop_last)
         seen = []
         for rank in range(w):
             want = plan.rank_indices(rank, w)
@@ -83,7 +85,7 @@ def test_header_is_numpys_own() -> None:
 
 
 def test_manifest_records_parameters_sizes_and_checksums(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", 10_000, 128, 3, seed=9, epochs=range(1, 3))
+    d = write_plan(tmp_path / "p", ep.PlanSpec(10_000, 128, seed=9), 3, epochs=range(1, 3))
     m = json.loads((tmp_path / "p" / MANIFEST).read_text())
     assert m["format"] == "epochplan-plan" and m["plan_file_version"] == 2
     assert m["manifest_checksum"] == manifest_checksum(m)
@@ -107,7 +109,7 @@ def test_manifest_records_parameters_sizes_and_checksums(tmp_path: Path) -> None
 def test_manifest_records_the_defaults_the_plan_used(tmp_path: Path) -> None:
     # A chunked plan's preload_nchunks defaults to 1: the manifest says 1, so
     # the files keep their meaning whatever a later default is.
-    d = write_plan(tmp_path / "p", 1000, 10, 2, kind="chunked", chunk_size=10)
+    d = write_plan(tmp_path / "p", ep.PlanSpec(1000, 10, kind=ep.Chunked(10)), 2)
     manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
     assert (manifest["chunk_size"], manifest["preload_nchunks"]) == (10, 1)
     assert d.plan(0).preload_nchunks == 1
@@ -116,7 +118,11 @@ def test_manifest_records_the_defaults_the_plan_used(tmp_path: Path) -> None:
 def test_progress_reaches_the_total(tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
     write_plan(
-        tmp_path / "p", 3_000_000, 100, 2, epochs=(0, 1), progress=lambda a, b: calls.append((a, b))
+        tmp_path / "p",
+        ep.PlanSpec(3_000_000, 100),
+        2,
+        epochs=(0, 1),
+        progress=lambda a, b: calls.append((a, b)),
     )
     assert calls[-1] == (6_000_000, 6_000_000)
     done = [a for a, _ in calls]
@@ -132,48 +138,48 @@ def test_progress_reaches_the_total(tmp_path: Path) -> None:
 
 def test_existing_output_needs_force(tmp_path: Path) -> None:
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2)
+    write_plan(out, ep.PlanSpec(100, 10), 2)
     with pytest.raises(PlanError, match="already exists"):
-        write_plan(out, 100, 10, 2)
-    d = write_plan(out, 50, 10, 3, force=True)
+        write_plan(out, ep.PlanSpec(100, 10), 2)
+    d = write_plan(out, ep.PlanSpec(50, 10), 3, force=True)
     assert d.world_size == 3
     verify_plan(out)
     other = tmp_path / "notaplan"
     other.mkdir()
     (other / "keep.txt").write_text("precious")
     with pytest.raises(PlanError, match="not a plan directory"):
-        write_plan(other, 100, 10, 2, force=True)
+        write_plan(other, ep.PlanSpec(100, 10), 2, force=True)
     assert (other / "keep.txt").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notaplan", "p"]
     # An empty directory made beforehand (mkdir out) is written into without force;
     # a link to one is not.
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert write_plan(empty, 100, 10, 2).world_size == 2
+    assert write_plan(empty, ep.PlanSpec(100, 10), 2).world_size == 2
     (tmp_path / "target").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "target")
     with pytest.raises(PlanError, match="not a plan directory; refusing"):
-        write_plan(tmp_path / "link", 100, 10, 2)
+        write_plan(tmp_path / "link", ep.PlanSpec(100, 10), 2)
     # Force is offered only where it would replace: for a plan directory.
     (tmp_path / "file").write_text("precious")
     with pytest.raises(PlanError, match="not a plan directory; refusing") as error:
-        write_plan(tmp_path / "file", 100, 10, 2)
+        write_plan(tmp_path / "file", ep.PlanSpec(100, 10), 2)
     assert "force" not in str(error.value)
     with pytest.raises(PlanError, match=r"already exists \(use force=True"):
-        write_plan(out, 100, 10, 2)
+        write_plan(out, ep.PlanSpec(100, 10), 2)
 
 
 def test_force_keeps_a_plan_directory_holding_other_files(tmp_path: Path) -> None:
     # Replacing removes everything inside: a user's file or folder kept in a
     # plan directory makes it no longer replaceable.
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2, epochs=range(2))
+    write_plan(out, ep.PlanSpec(100, 10), 2, epochs=range(2))
     for extra in ("my_checkpoint.pt", "data/shard0", "epoch-0000/notes.txt", "epoch-0009/x"):
         path = out / extra
         path.parent.mkdir(exist_ok=True)
         path.write_text("precious")
         with pytest.raises(PlanError, match=f"holds {extra.split('/')[0]}.*not part of its plan"):
-            write_plan(out, 100, 10, 3, force=True)
+            write_plan(out, ep.PlanSpec(100, 10), 3, force=True)
         assert path.read_text() == "precious"
         assert open_plan(out).world_size == 2
         path.unlink()
@@ -182,17 +188,17 @@ def test_force_keeps_a_plan_directory_holding_other_files(tmp_path: Path) -> Non
     # A link inside is not the plan's either, even in place of a listed file or folder.
     (out / "link").symlink_to(out / MANIFEST)
     with pytest.raises(PlanError, match="holds link"):
-        write_plan(out, 100, 10, 3, force=True)
+        write_plan(out, ep.PlanSpec(100, 10), 3, force=True)
     (out / "link").unlink()
     for listed in ("epoch-0001/rank-00001.npy", "epoch-0001"):
         (out / listed).rename(tmp_path / "moved")
         (out / listed).symlink_to(tmp_path / "moved")
         with pytest.raises(PlanError, match=f"holds {listed}, which is not part of its plan"):
-            write_plan(out, 100, 10, 3, force=True)
+            write_plan(out, ep.PlanSpec(100, 10), 3, force=True)
         (out / listed).unlink()
         (tmp_path / "moved").rename(out / listed)
     verify_plan(out)
-    assert write_plan(out, 100, 10, 3, force=True).world_size == 3
+    assert write_plan(out, ep.PlanSpec(100, 10), 3, force=True).world_size == 3
 
 
 def test_what_appears_during_a_write_is_kept(tmp_path: Path) -> None:
@@ -206,7 +212,7 @@ def test_what_appears_during_a_write_is_kept(tmp_path: Path) -> None:
             (out / "notes.txt").write_text("precious")
 
     with pytest.raises(PlanError, match="appeared while the plan was written") as error:
-        write_plan(out, 10_000, 64, 4, epochs=range(2), progress=make_out)
+        write_plan(out, ep.PlanSpec(10_000, 64), 4, epochs=range(2), progress=make_out)
     assert "force" not in str(error.value)  # force would not replace it either
     assert (out / "notes.txt").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
@@ -214,16 +220,16 @@ def test_what_appears_during_a_write_is_kept(tmp_path: Path) -> None:
     (out / "notes.txt").unlink()
     out.rmdir()
     with pytest.raises(PlanError, match="not a plan directory"):
-        write_plan(out, 10_000, 64, 4, epochs=range(2), force=True, progress=make_out)
+        write_plan(out, ep.PlanSpec(10_000, 64), 4, epochs=range(2), force=True, progress=make_out)
     assert (out / "notes.txt").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
 
 
 def test_force_on_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2)
+    write_plan(out, ep.PlanSpec(100, 10), 2)
     monkeypatch.chdir(out)
-    d = write_plan(".", 60, 10, 3, force=True)
+    d = write_plan(".", ep.PlanSpec(60, 10), 3, force=True)
     assert d.path == out and d.world_size == 3
     verify_plan(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
@@ -235,13 +241,13 @@ def test_force_swaps_the_plans_in_one_step(tmp_path: Path, monkeypatch: pytest.M
     if publish.renameat2() is None:
         pytest.skip("no renameat2 here")
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2)
+    write_plan(out, ep.PlanSpec(100, 10), 2)
 
     def no_rename(self: Path, target: str | os.PathLike[str]) -> Path:
         raise AssertionError(f"renamed {self} to {target}")
 
     monkeypatch.setattr(Path, "rename", no_rename)
-    d = write_plan(out, 60, 10, 3, force=True)
+    d = write_plan(out, ep.PlanSpec(60, 10), 3, force=True)
     monkeypatch.undo()
     assert d.world_size == 3
     verify_plan(out)
@@ -251,8 +257,8 @@ def test_force_swaps_the_plans_in_one_step(tmp_path: Path, monkeypatch: pytest.M
 def test_force_without_an_atomic_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(publish, "exchange", lambda a, b: False)
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2)
-    assert write_plan(out, 60, 10, 3, force=True).world_size == 3
+    write_plan(out, ep.PlanSpec(100, 10), 2)
+    assert write_plan(out, ep.PlanSpec(60, 10), 3, force=True).world_size == 3
     verify_plan(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
 
@@ -262,7 +268,7 @@ def test_failed_replacement_keeps_the_old_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: bool
 ) -> None:
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2)
+    write_plan(out, ep.PlanSpec(100, 10), 2)
     rename = Path.rename
 
     def failing_exchange(a: Path, b: Path) -> bool:
@@ -278,7 +284,7 @@ def test_failed_replacement_keeps_the_old_plan(
     monkeypatch.setattr(publish, "exchange", failing_exchange)
     monkeypatch.setattr(Path, "rename", failing_rename)
     with pytest.raises(PlanError, match="cannot write: Device or resource busy"):
-        write_plan(out, 60, 10, 3, force=True)
+        write_plan(out, ep.PlanSpec(60, 10), 3, force=True)
     monkeypatch.undo()
     assert open_plan(out).world_size == 2
     verify_plan(out)
@@ -293,14 +299,14 @@ def test_failed_manifest_write_is_a_plan_error(
 
     monkeypatch.setattr(json, "dump", full_disk)
     with pytest.raises(PlanError, match=r"p: cannot write: File too large"):
-        write_plan(tmp_path / "p", 100, 10, 2)
+        write_plan(tmp_path / "p", ep.PlanSpec(100, 10), 2)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_paths_must_be_utf8(tmp_path: Path) -> None:
     out = Path(os.fsdecode(bytes(tmp_path) + b"/p\xff"))
     with pytest.raises(PlanError, match="out must be valid UTF-8"):
-        write_plan(out, 100, 10, 2)
+        write_plan(out, ep.PlanSpec(100, 10), 2)
     with pytest.raises(PlanError, match="path must be valid UTF-8"):
         open_plan(out)
     assert list(tmp_path.iterdir()) == []
@@ -317,7 +323,7 @@ def test_paths_must_be_utf8(tmp_path: Path) -> None:
         ({"epochs": 3}, TypeError),
         ({"kind": "nope"}, ValueError),
         ({"kind": "chunked"}, ValueError),
-        ({"chunk_size": 4}, ValueError),
+        ({"kind": ep.Chunked}, TypeError),
         ({"drop_last": 1}, TypeError),
         ({"drop_last": None}, TypeError),
         ({"force": "no"}, TypeError),  # truthy: it would replace a plan
@@ -329,8 +335,8 @@ def test_paths_must_be_utf8(tmp_path: Path) -> None:
         ({"epochs": {0: 1}}, TypeError),
         ({"epochs": np.array(0)}, TypeError),
         ({"progress": 5}, TypeError),
-        ({"kind": "chunked", "chunk_size": 2.5}, TypeError),
-        ({"kind": "uniform", "chunk_size": 4}, ValueError),
+        ({"chunked": (2.5,)}, TypeError),
+        ({"chunked": (4, 0)}, ValueError),
         ({"num_samples": 10**18}, PlanError),  # more than the disk
     ],
 )
@@ -343,19 +349,41 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict[str, object], error: type) -
     }
     args.update(kwargs)
     with pytest.raises(error):
+        # The plan's parameters travel in the spec, checked when it is made.
+        if "chunked" in args:
+            args["kind"] = ep.Chunked(*args.pop("chunked"))  # type: ignore[misc]
+        spec = {k: args.pop(k) for k in ("seed", "kind", "drop_last") if k in args}
+        args["spec"] = ep.PlanSpec(args.pop("num_samples"), args.pop("global_batch_size"), **spec)
         write_plan(**args)  # type: ignore[arg-type]
     assert not (tmp_path / "p").exists()
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_plan_is_written_from_its_spec(tmp_path: Path) -> None:
+    # The old flat form (out, N, G, W) names the argument that replaced it.
+    with pytest.raises(TypeError, match="spec must be a PlanSpec"):
+        write_plan(tmp_path / "p", 100, 10)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        write_plan(tmp_path / "p", 100, 10, 2)  # type: ignore[call-arg]
+    assert list(tmp_path.iterdir()) == []
+    spec = ep.PlanSpec(100, 10, seed=4, kind=ep.Chunked(5, 2), drop_last=True)
+    d = write_plan(tmp_path / "p", spec, 3, epochs=(0, 2))
+    assert (d.num_samples, d.global_batch_size, d.seed, d.drop_last) == (100, 10, 4, True)
+    for epoch in (0, 2):
+        plan = spec.plan(epoch)
+        assert d.plan(epoch) == plan
+        for rank in range(3):
+            assert d.rank_ids(epoch, rank).tolist() == plan.rank(rank, 3).indices().tolist()
+
+
 def test_chunk_parameter_ranges_are_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"chunk_size must be an int in \[1, 2\*\*63 - 1\], got 0"):
-        write_plan(tmp_path / "p", 100, 10, 2, kind="chunked", chunk_size=0)
+        write_plan(tmp_path / "p", ep.PlanSpec(100, 10, kind=ep.Chunked(0)), 2)
 
 
 def test_paths_and_callbacks_are_checked_first(plan_dir: Path) -> None:
     with pytest.raises(TypeError, match="out must be a path"):
-        write_plan(None, 10, 2, 1)  # type: ignore[arg-type]
+        write_plan(None, ep.PlanSpec(10, 2), 1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="path must be a path"):
         open_plan(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="path must be a path"):
@@ -367,13 +395,13 @@ def test_paths_and_callbacks_are_checked_first(plan_dir: Path) -> None:
 def test_numpy_scalars_as_plan_arguments(tmp_path: Path) -> None:
     d = write_plan(
         tmp_path / "p",
-        np.int64(100),
-        np.int64(10),
+        ep.PlanSpec(
+            np.int64(100),
+            np.int64(10),
+            kind=ep.Chunked(np.int64(4), np.uint8(2)),
+            drop_last=np.True_,
+        ),
         np.int64(2),
-        kind="chunked",
-        chunk_size=np.int64(4),
-        preload_nchunks=np.uint8(2),
-        drop_last=np.True_,
     )
     assert d.manifest["chunk_size"] == 4 and type(d.manifest["chunk_size"]) is int
     assert d.drop_last is True
@@ -388,7 +416,7 @@ def test_plan_paths_are_absolute_and_resolved_like_the_system(
     (tmp_path / "deep" / "a" / "b").mkdir(parents=True)
     (tmp_path / "lnk").symlink_to(tmp_path / "deep" / "a" / "b")
     monkeypatch.chdir(tmp_path)
-    write_plan("lnk/../p", 100, 10, 2, epochs=range(2))
+    write_plan("lnk/../p", ep.PlanSpec(100, 10), 2, epochs=range(2))
     assert (tmp_path / "deep" / "a" / "p" / MANIFEST).is_file()
     assert not (tmp_path / "p").exists()
     d = open_plan("lnk/../p")
@@ -403,14 +431,14 @@ def test_unwritable_output_is_a_plan_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     for out in (blocker / "plan", tmp_path / ("x" * 300)):
         with pytest.raises(PlanError, match="cannot write there"):
-            write_plan(out, 100, 8, 2)
+            write_plan(out, ep.PlanSpec(100, 8), 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_huge_plan_is_refused_for_disk(tmp_path: Path) -> None:
     assert _native.npy_file_size(2**61) == 2**64 + 128
     with pytest.raises(PlanError, match="of disk"):
-        write_plan(tmp_path / "big", 2**62, 8, 1)
+        write_plan(tmp_path / "big", ep.PlanSpec(2**62, 8), 1)
 
 
 def test_disk_need_counts_whole_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -419,7 +447,7 @@ def test_disk_need_counts_whole_blocks(tmp_path: Path, monkeypatch: pytest.Monke
     small = type("FakeStatvfs", (), {"f_frsize": 4096, "f_bavail": 100})
     monkeypatch.setattr(os, "statvfs", lambda path: small if path == tmp_path else fs)
     with pytest.raises(PlanError, match=r"needs 4\.1 MB of disk, only 409\.6 KB is free"):
-        write_plan(tmp_path / "p", 10, 10, 1000)
+        write_plan(tmp_path / "p", ep.PlanSpec(10, 10), 1000)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -428,10 +456,10 @@ def test_uniform_plans_need_the_permutation_in_memory(
 ) -> None:
     monkeypatch.setattr(write, "available_memory", lambda: 100_000)
     with pytest.raises(PlanError, match=r"kind='uniform' holds the whole permutation in memory"):
-        write_plan(tmp_path / "p", 10_000, 100, 2, kind="uniform")
+        write_plan(tmp_path / "p", ep.PlanSpec(10_000, 100, kind="uniform"), 2)
     assert list(tmp_path.iterdir()) == []
     # The cipher order is computed a chunk at a time.
-    write_plan(tmp_path / "p", 10_000, 100, 2)
+    write_plan(tmp_path / "p", ep.PlanSpec(10_000, 100), 2)
 
 
 def test_partials_of_live_writers_are_kept(tmp_path: Path) -> None:
@@ -464,7 +492,7 @@ def test_partials_of_live_writers_are_kept(tmp_path: Path) -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        write_plan(tmp_path / "p", 100, 10, 2)
+        write_plan(tmp_path / "p", ep.PlanSpec(100, 10), 2)
     finally:
         holder.communicate("")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
@@ -481,13 +509,13 @@ def test_no_partial_is_removed_where_locks_may_not_be_shared(
     dead.mkdir()
     (dead / publish.LOCK).write_text("")
     monkeypatch.setattr(publish, "is_local_filesystem", lambda path: False)
-    write_plan(tmp_path / "p", 100, 10, 2)
+    write_plan(tmp_path / "p", ep.PlanSpec(100, 10), 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [dead.name, "p"]
 
 
 def test_published_plans_hold_no_lock_file(tmp_path: Path) -> None:
     out = tmp_path / "p"
-    write_plan(out, 100, 10, 2)
-    write_plan(out, 60, 10, 3, force=True)
+    write_plan(out, ep.PlanSpec(100, 10), 2)
+    write_plan(out, ep.PlanSpec(60, 10), 3, force=True)
     assert not (out / publish.LOCK).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from epochplan import PlanSpec
 from epochplan.planfile import MANIFEST, PlanError, open_plan, verify_plan, write_plan
 
 
@@ -27,7 +28,7 @@ def test_keyboard_interrupt_leaves_nothing(tmp_path: Path) -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        write_plan(tmp_path / "p", 50_000_000, 1000, 2, progress=progress)
+        write_plan(tmp_path / "p", PlanSpec(50_000_000, 1000), 2, progress=progress)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -36,7 +37,7 @@ def test_error_in_progress_propagates(tmp_path: Path) -> None:
         raise RuntimeError("stop here")
 
     with pytest.raises(RuntimeError, match="stop here"):
-        write_plan(tmp_path / "p", 50_000_000, 1000, 2, progress=progress)
+        write_plan(tmp_path / "p", PlanSpec(50_000_000, 1000), 2, progress=progress)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -49,18 +50,19 @@ def test_failed_write_removes_the_parents_it_created(tmp_path: Path) -> None:
 
     for out in (tmp_path / "a" / "b" / "c" / "plan", tmp_path / "d" / "plan"):
         with pytest.raises(KeyboardInterrupt):
-            write_plan(out, 1000, 10, 2, progress=stop)
+            write_plan(out, PlanSpec(1000, 10), 2, progress=stop)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "keep"]
     # Parents that exist stay, as does a plan written into new ones.
-    write_plan(tmp_path / "a" / "e" / "plan", 10, 10, 1)
+    write_plan(tmp_path / "a" / "e" / "plan", PlanSpec(10, 10), 1)
     assert (tmp_path / "a" / "e" / "plan" / MANIFEST).is_file()
 
 
 def _start_writer(out: Path) -> subprocess.Popen[str]:
     code = textwrap.dedent(
         f"""
+        from epochplan import PlanSpec
         from epochplan.planfile import write_plan
-        write_plan({str(out)!r}, 60_000_000, 1000, 2, epochs=(0, 1))
+        write_plan({str(out)!r}, PlanSpec(60_000_000, 1000), 2, epochs=(0, 1))
         """
     )
     return subprocess.Popen([sys.executable, "-c", code], text=True)
@@ -90,7 +92,7 @@ def test_sigkill_mid_write_leaves_nothing_valid(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="missing"):
         verify_plan(partial)
     # The next write to the same place removes the dead writer's leftovers.
-    write_plan(out, 1000, 10, 2)
+    write_plan(out, PlanSpec(1000, 10), 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
     verify_plan(out)
 
@@ -170,7 +172,7 @@ def _peak_rss_of_write(tmp_path: Path, n: int) -> int:
         from epochplan.planfile import write_plan
         import epochplan
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        write_plan({str(out)!r}, {n}, 4096, 1)
+        write_plan({str(out)!r}, epochplan.PlanSpec({n}, 4096), 1)
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
         """
     )
@@ -201,7 +203,9 @@ def test_gil_is_released_while_writing(tmp_path: Path) -> None:
     t = threading.Thread(target=count)
     t.start()
     try:
-        write_plan(tmp_path / "p", 20_000_000, 1000, 2, progress=lambda a, b: seen.append(ticks))
+        write_plan(
+            tmp_path / "p", PlanSpec(20_000_000, 1000), 2, progress=lambda a, b: seen.append(ticks)
+        )
     finally:
         stop.set()
         t.join()
@@ -211,7 +215,7 @@ def test_gil_is_released_while_writing(tmp_path: Path) -> None:
 
 
 def test_files_load_in_a_forked_worker(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", 10_000, 100, 2)
+    d = write_plan(tmp_path / "p", PlanSpec(10_000, 100), 2)
     want = d.rank_ids(0, 1).sum()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -226,7 +230,7 @@ def test_mapped_rank_files_hold_no_descriptor_and_errors_name_their_file(tmp_pat
     # numpy's memory maps keep a descriptor each, and rank_ids ran into the
     # open-file limit with "[Errno 24] Too many open files" and no path; its
     # maps now hold none. At the limit itself, the error names the file.
-    write_plan(tmp_path / "p", 2000, 100, 64)
+    write_plan(tmp_path / "p", PlanSpec(2000, 100), 64)
     script = f"""
 import os, resource
 from epochplan.planfile import PlanError, open_plan

@@ -40,7 +40,7 @@ def same_directories(a: Path, b: Path) -> None:
 
 CASES: list[tuple[str, Any, dict[str, Any]]] = [
     ("cipher", 10_007, {}),
-    ("chunked", 10_007, {"kind": "chunked", "chunk_size": 100, "preload_nchunks": 3}),
+    ("chunked", 10_007, {"kind": ep.Chunked(100, 3)}),
     ("uniform-drop-last", 10_007, {"kind": "uniform", "drop_last": True}),
     ("mask", ep.Selection.from_mask(np.arange(20_000) % 3 == 1), {}),
     ("indices", ep.Selection.from_indices(np.arange(9_000)[::-1].copy(), 20_000), {}),
@@ -54,8 +54,8 @@ def test_merged_parts_are_the_one_process_plan_byte_for_byte(
     tmp_path: Path, name: str, space: Any, kind: dict[str, Any], num_parts: int
 ) -> None:
     # 3 ranks x 2 epochs = 6 files: with 7 or 20 parts some parts are empty.
-    one = write_plan(tmp_path / "one", space, 512, 3, epochs=(4, 9), seed=2, **kind)
-    spec = PlanSpec.checked(space, 512, seed=2, **kind)
+    spec = PlanSpec(space, 512, seed=2, **kind)
+    one = write_plan(tmp_path / "one", spec, 3, epochs=(4, 9))
     parts = [
         write_plan_part(tmp_path / f"p{i}", spec, 3, Part(i, num_parts), epochs=(4, 9))
         for i in range(num_parts)
@@ -69,7 +69,7 @@ def test_merged_parts_are_the_one_process_plan_byte_for_byte(
 
 @pytest.fixture
 def parts(tmp_path: Path) -> list[Path]:
-    spec = PlanSpec.checked(5_000, 256, seed=1)
+    spec = PlanSpec(5_000, 256, seed=1)
     return [write_plan_part(tmp_path / f"p{i}", spec, 4, Part(i, 3)) for i in range(3)]
 
 
@@ -78,10 +78,10 @@ def test_bad_sets_of_parts_are_refused_naming_the_part(tmp_path: Path, parts: li
         merge_plan(tmp_path / "m", [parts[0], parts[2]])
     with pytest.raises(PlanError, match=rf"{parts[0]}: part 0 of 3 is given twice"):
         merge_plan(tmp_path / "m", [*parts, parts[0]])
-    foreign = write_plan_part(tmp_path / "f", PlanSpec.checked(5_000, 256, seed=2), 4, Part(1, 3))
+    foreign = write_plan_part(tmp_path / "f", PlanSpec(5_000, 256, seed=2), 4, Part(1, 3))
     with pytest.raises(PlanError, match=rf"{foreign}: a part of another plan: its 'seed' is 2"):
         merge_plan(tmp_path / "m", [parts[0], foreign, parts[2]])
-    other = write_plan_part(tmp_path / "o", PlanSpec.checked(5_000, 256, seed=1), 4, Part(1, 4))
+    other = write_plan_part(tmp_path / "o", PlanSpec(5_000, 256, seed=1), 4, Part(1, 4))
     with pytest.raises(PlanError, match=rf"{other}: part 1 of 4, but .* a part of 3"):
         merge_plan(tmp_path / "m", [parts[0], other, parts[2]])
     with pytest.raises(PlanError, match=r"part\.json: cannot read the part"):
@@ -168,7 +168,7 @@ def test_ray_tasks_write_the_parts(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        spec = PlanSpec.checked(30_000, 1024, seed=6, kind="chunked", chunk_size=300)
+        spec = PlanSpec(30_000, 1024, seed=6, kind=ep.Chunked(300))
 
         @ray.remote
         def write(index: int) -> str:
@@ -179,6 +179,5 @@ def test_ray_tasks_write_the_parts(tmp_path: Path) -> None:
     finally:
         ray.shutdown()
     merged = merge_plan(tmp_path / "merged", parts)
-    one = write_plan(tmp_path / "one", 30_000, 1024, 4, epochs=(0, 1), seed=6, kind="chunked",
-                     chunk_size=300)  # fmt: skip
+    one = write_plan(tmp_path / "one", spec, 4, epochs=(0, 1))
     same_directories(one.path, merged.path)

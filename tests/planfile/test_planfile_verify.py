@@ -54,7 +54,7 @@ def test_every_byte_of_a_manifest_is_authenticated(tmp_path: Path) -> None:
     # readers refuse every one with a PlanError naming the manifest.
     pt = pytest.importorskip("epochplan.torch")
     out = tmp_path / "p"
-    write_plan(out, 40, 8, 2, seed=5, epochs=(0, 1))
+    write_plan(out, ep.PlanSpec(40, 8, seed=5), 2, epochs=(0, 1))
     readers = {
         "open_plan": lambda: open_plan(out),
         "rank_ids": lambda: open_plan(out).rank_ids(0, 1),
@@ -106,7 +106,7 @@ def test_sparse_rank_file_is_refused_before_any_read(
     # its allocated blocks, before a checksum reads it.
     monkeypatch.setattr(reader, "is_local_filesystem", lambda path: True)
     out = tmp_path / "p"
-    write_plan(out, 400_000, 1000, 2)
+    write_plan(out, ep.PlanSpec(400_000, 1000), 2)
     f = rank_file(out, 0, 1)
     size = f.stat().st_size
     f.unlink()
@@ -126,7 +126,7 @@ def test_links_out_of_the_plan_directory_are_refused(tmp_path: Path, what: str) 
     # A copy of the plan's own files elsewhere, linked in: every reader refuses
     # the link rather than follow it (it could lead to another plan's files).
     out, elsewhere = tmp_path / "p", tmp_path / "elsewhere"
-    write_plan(out, 1000, 100, 2)
+    write_plan(out, ep.PlanSpec(1000, 100), 2)
     shutil.copytree(out, elsewhere)
     target = {
         "manifest": Path(MANIFEST),
@@ -219,7 +219,7 @@ def test_missing_or_broken_manifest(plan_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="not a regular file"):
         open_plan(plan_dir)
     with pytest.raises(PlanError, match="not a plan directory"):
-        write_plan(plan_dir, 100, 10, 2, force=True)
+        write_plan(plan_dir, ep.PlanSpec(100, 10), 2, force=True)
     (plan_dir / MANIFEST).unlink()
     (plan_dir / MANIFEST).symlink_to("/dev/zero")  # refused as a link, before any read
     with pytest.raises(PlanError, match="is a link"):
@@ -323,7 +323,7 @@ def test_duplicate_id_is_caught_by_the_bitmap_when_the_order_is_not_built(
     # kind="uniform" without a dropped step, and no room for its permutation:
     # it is not rebuilt, the ids are checked for coverage only.
     monkeypatch.setattr(verify, "uniform_fits", lambda spec: False)
-    d = write_plan(tmp_path / "u", 20_000, 1000, 2, kind="uniform").path
+    d = write_plan(tmp_path / "u", ep.PlanSpec(20_000, 1000, kind="uniform"), 2).path
     other = np.load(rank_file(d, 0, 0))
 
     def dup(ids: np.ndarray) -> None:
@@ -343,7 +343,7 @@ def test_uniform_plans_are_compared_where_memory_allows(
     # It is built when it fits in memory; otherwise the ids are counted, and
     # verify_plan says so.
     monkeypatch.setattr(verify, "uniform_fits", lambda spec: room)
-    d = write_plan(tmp_path / "u", 20_000, 1000, 2, kind="uniform").path
+    d = write_plan(tmp_path / "u", ep.PlanSpec(20_000, 1000, kind="uniform"), 2).path
     assert verify_plan(d) is room
 
     def swap(ids: np.ndarray) -> None:
@@ -372,7 +372,7 @@ def test_dropped_id_in_place_of_a_kept_one(tmp_path: Path, kind: str) -> None:
     # of them in place of a kept id keeps every id distinct and the count
     # right; only the membership check sees it.
     d = tmp_path / "plan"
-    write_plan(d, 20_000, 3000, 2, epochs=(0,), kind=kind, drop_last=True)
+    write_plan(d, ep.PlanSpec(20_000, 3000, kind=kind, drop_last=True), 2, epochs=(0,))
     order = np.asarray(ep.permutation(20_000, seed=0, epoch=0, kind=kind))
     dropped = int(order[-1])
 
@@ -405,7 +405,7 @@ def test_verifying_needs_the_permutation_only_when_steps_leave_ids_out(
     monkeypatch.setattr(verify, "available_memory", lambda: 10**9)
 
     def check(path: Path, n: int, g: int, kind: str, drop_last: bool) -> None:
-        verify.check_verify_memory(path, PlanSpec(n, g, 0, kind, None, None, drop_last))
+        verify.check_verify_memory(path, PlanSpec(n, g, seed=0, kind=kind, drop_last=drop_last))
 
     check(tmp_path, 10**8, 1000, "uniform", True)
     check(tmp_path, 10**8 + 1, 1000, "uniform", False)

@@ -75,7 +75,7 @@ def digest(space: Any) -> str:
 @pytest.mark.parametrize("name", list(SPACES))
 def test_a_plan_over_a_space_is_written_read_and_verified(tmp_path: Path, name: str) -> None:
     space = SPACES[name]()
-    d = write_plan(tmp_path / "p", space, 64, 3, seed=9, epochs=(0, 2))
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 64, seed=9), 3, epochs=(0, 2))
     assert d.manifest["plan_file_version"] == SPACE_PLAN_FILE_VERSION == 4
     assert d.manifest["num_samples"] == len(space)
     section = d.manifest["space"]
@@ -104,7 +104,8 @@ def test_a_plan_over_a_space_is_written_read_and_verified(tmp_path: Path, name: 
 def test_the_space_file_forms_stored(tmp_path: Path) -> None:
     def spec(name: str) -> dict[str, Any]:
         out = tmp_path / name.replace(" ", "-")
-        value: dict[str, Any] = write_plan(out, SPACES[name](), 8, 1).manifest["space"]["spec"]
+        manifest = write_plan(out, ep.PlanSpec(SPACES[name](), 8), 1).manifest
+        value: dict[str, Any] = manifest["space"]["spec"]
         return value
 
     assert spec("ranges") == {"ranges": [[0, 300], [450, 460], [700, 1000]], "num_samples": N}
@@ -135,30 +136,38 @@ def test_the_space_file_forms_stored(tmp_path: Path) -> None:
 
 
 def test_plans_without_a_space_keep_their_versions(tmp_path: Path) -> None:
-    assert write_plan(tmp_path / "a", 100, 8, 2).manifest["plan_file_version"] == PLAN_FILE_VERSION
-    assert "space" not in write_plan(tmp_path / "b", np.int64(100), 8, 2).manifest
-    d = write_plan(tmp_path / "c", 100, 8, 2, lengths=np.arange(100) % 7 + 1, max_tokens=20)
+    assert (
+        write_plan(tmp_path / "a", ep.PlanSpec(100, 8), 2).manifest["plan_file_version"]
+        == PLAN_FILE_VERSION
+    )
+    assert "space" not in write_plan(tmp_path / "b", ep.PlanSpec(np.int64(100), 8), 2).manifest
+    d = write_plan(
+        tmp_path / "c",
+        ep.PlanSpec(100, 8, tokens=ep.Tokens(np.arange(100) % 7 + 1)),
+        2,
+        max_tokens=20,
+    )
     assert d.manifest["plan_file_version"] == TOKEN_PLAN_FILE_VERSION
     assert d.space is None and "space" not in d.manifest
 
 
 def test_one_epoch_of_a_mixture_is_refused(tmp_path: Path) -> None:
     mixture = ep.Mixture([10, 20], quotas=[5, 5])
-    with pytest.raises(TypeError, match="num_samples must be the Mixture, not one of its epochs"):
-        write_plan(tmp_path / "p", mixture.epoch(1), 4, 2)
+    with pytest.raises(TypeError, match="spec must be over the Mixture, not one of its epochs"):
+        write_plan(tmp_path / "p", ep.PlanSpec(mixture.epoch(1), 4), 2)
     assert not (tmp_path / "p").exists()
 
 
 def test_a_plan_over_a_space_is_replaced_with_force(tmp_path: Path) -> None:
-    write_plan(tmp_path / "p", SPACES["mask"](), 16, 2)
-    d = write_plan(tmp_path / "p", SPACES["indices"](), 16, 2, force=True)
+    write_plan(tmp_path / "p", ep.PlanSpec(SPACES["mask"](), 16), 2)
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["indices"](), 16), 2, force=True)
     assert sorted(f.name for f in (d.path / "space").iterdir()) == ["indices.npy"]
     assert verify_plan(d.path)
 
 
 def test_a_uniform_plan_over_a_selection(tmp_path: Path) -> None:
     space = SPACES["mask"]()
-    d = write_plan(tmp_path / "p", space, 50, 3, kind="uniform", drop_last=True)
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 50, kind="uniform", drop_last=True), 3)
     want = ep.EpochPlan(space, 50, kind="uniform", drop_last=True)
     for rank in range(3):
         np.testing.assert_array_equal(d.rank_ids(0, rank), want.rank_indices(rank, 3))
@@ -167,8 +176,8 @@ def test_a_uniform_plan_over_a_selection(tmp_path: Path) -> None:
 
 def test_a_chunked_plan_over_a_selection(tmp_path: Path) -> None:
     space = SPACES["ranges"]()
-    d = write_plan(tmp_path / "p", space, 32, 2, kind="chunked", chunk_size=40, preload_nchunks=2)
-    want = ep.EpochPlan(space, 32, kind="chunked", chunk_size=40, preload_nchunks=2)
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 32, kind=ep.Chunked(40, 2)), 2)
+    want = ep.EpochPlan(space, 32, kind=ep.Chunked(40, 2))
     np.testing.assert_array_equal(d.rank_ids(0, 1), want.rank_indices(1, 2))
     assert verify_plan(d.path) is True
 
@@ -182,13 +191,17 @@ def test_a_token_plan_over_a_selection(tmp_path: Path) -> None:
     lengths = np.random.default_rng(0).integers(1, 60, N)
     np.save(tmp_path / "lengths.npy", lengths)
     d = write_plan(
-        tmp_path / "p", space, 24, 3, epochs=(0, 1), lengths=tmp_path / "lengths.npy", max_tokens=90
+        tmp_path / "p",
+        ep.PlanSpec(space, 24, tokens=ep.Tokens(np.load(tmp_path / "lengths.npy", mmap_mode="r"))),
+        3,
+        epochs=(0, 1),
+        max_tokens=90,
     )
     assert d.manifest["plan_file_version"] == SPACE_PLAN_FILE_VERSION
     assert "tokens" in d.manifest and "space" in d.manifest
     assert verify_plan(d.path) is True
     for epoch in (0, 1):
-        plan = ep.EpochPlan(space, 24, epoch=epoch, lengths=lengths)
+        plan = ep.EpochPlan(space, 24, epoch=epoch, tokens=ep.Tokens(lengths))
         for rank in range(3):
             sampler = pt.PlanSampler(d.path, rank=rank, num_replicas=3, epoch=epoch)
             got = [(list(b), list(b.weights)) for b in sampler]
@@ -204,8 +217,10 @@ def test_a_token_plan_over_a_selection(tmp_path: Path) -> None:
 def test_a_token_plan_over_a_mixture(tmp_path: Path) -> None:
     space = SPACES["mixture of sizes"]()
     lengths = np.arange(N) % 13 + 1
-    d = write_plan(tmp_path / "p", space, 40, 2, lengths=lengths, micro_batch_size=8)
-    plan = ep.EpochPlan(space, 40, lengths=lengths)
+    d = write_plan(
+        tmp_path / "p", ep.PlanSpec(space, 40, tokens=ep.Tokens(lengths)), 2, micro_batch_size=8
+    )
+    plan = ep.EpochPlan(space, 40, tokens=ep.Tokens(lengths))
     for rank in range(2):
         want = [plan.step_indices(step, rank, 2) for step in range(plan.num_steps)]
         np.testing.assert_array_equal(d.rank_ids(0, rank), np.concatenate(want))
@@ -221,10 +236,12 @@ def test_a_token_plan_over_a_mixture(tmp_path: Path) -> None:
 def test_plan_sampler_serves_the_plan_over_the_space(tmp_path: Path, name: str, w: int) -> None:
     pt = pytest.importorskip("epochplan.torch")
     space = SPACES[name]()
-    d = write_plan(tmp_path / "p", space, 48, w, seed=3, epochs=(1, 2))
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 48, seed=3), w, epochs=(1, 2))
     for rank in range(w):
         mine = pt.PlanSampler(d.path, micro_batch_size=5, rank=rank, num_replicas=w)
-        theirs = pt.ElasticBatchSampler(space, 48, 5, num_replicas=w, rank=rank, seed=3)
+        theirs = pt.ElasticBatchSampler(
+            ep.PlanSpec(space, 48, seed=3), 5, rank=rank, num_replicas=w
+        )
         for epoch in (1, 2):
             mine.set_epoch(epoch)
             theirs.set_epoch(epoch)
@@ -248,8 +265,8 @@ def test_plan_sampler_serves_the_plan_over_the_space(tmp_path: Path, name: str, 
 def test_plan_sampler_resumes_on_another_world_size(tmp_path: Path, name: str) -> None:
     pt = pytest.importorskip("epochplan.torch")
     space = SPACES[name]()
-    two = write_plan(tmp_path / "w2", space, 30, 2, seed=1, epochs=(0, 1))
-    three = write_plan(tmp_path / "w3", space, 30, 3, seed=1, epochs=(0, 1))
+    two = write_plan(tmp_path / "w2", ep.PlanSpec(space, 30, seed=1), 2, epochs=(0, 1))
+    three = write_plan(tmp_path / "w3", ep.PlanSpec(space, 30, seed=1), 3, epochs=(0, 1))
     first = pt.PlanSampler(two.path, micro_batch_size=4, rank=1, num_replicas=2, epoch=1)
     it = iter(first)
     for _ in range(5):
@@ -259,7 +276,7 @@ def test_plan_sampler_resumes_on_another_world_size(tmp_path: Path, name: str) -
     for rank in range(3):
         resumed = pt.PlanSampler(three.path, micro_batch_size=4, rank=rank, num_replicas=3)
         resumed.load_state_dict(state)
-        ref = pt.ElasticBatchSampler(space, 30, 4, num_replicas=3, rank=rank, seed=1)
+        ref = pt.ElasticBatchSampler(ep.PlanSpec(space, 30, seed=1), 4, rank=rank, num_replicas=3)
         ref.load_state_dict(state)
         assert resumed.epoch == 1
         assert [list(x) for x in resumed] == [list(x) for x in ref]
@@ -267,7 +284,7 @@ def test_plan_sampler_resumes_on_another_world_size(tmp_path: Path, name: str) -
 
 def test_plan_sampler_refuses_a_state_of_another_space(tmp_path: Path) -> None:
     pt = pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", SPACES["mask"](), 30, 2)
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["mask"](), 30), 2)
     sampler = pt.PlanSampler(d.path, micro_batch_size=4, rank=0, num_replicas=2)
     other = ep.EpochPlan(SPACES["ranges"](), 30).state_dict()
     with pytest.raises(ValueError, match="space differs from the state's"):
@@ -276,7 +293,7 @@ def test_plan_sampler_refuses_a_state_of_another_space(tmp_path: Path) -> None:
         sampler.load_state_dict(ep.EpochPlan(len(SPACES["mask"]()), 30).state_dict())
     # A mixture's state continued from other counts than the files hold.
     mixture = SPACES["mixture of sizes"]()
-    m = write_plan(tmp_path / "m", mixture, 30, 2, epochs=(0, 1))
+    m = write_plan(tmp_path / "m", ep.PlanSpec(mixture, 30), 2, epochs=(0, 1))
     sampler = pt.PlanSampler(m.path, micro_batch_size=4, rank=0, num_replicas=2)
     state = ep.EpochPlan(mixture.epoch(1, consumed=[1, 2, 3]), 30).state_dict()
     with pytest.raises(ValueError, match=r"\['consumed'\] is \[1, 2, 3\]"):
@@ -307,7 +324,7 @@ def _restamp_space_file(d: Path, name: str) -> None:
 
 
 def test_a_changed_mask_is_caught_by_its_checksum_then_by_the_digest(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", SPACES["mask"](), 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["mask"](), 32), 2).path
     mask = LABELS != 2
     mask[1] = not mask[1]
     np.save(d / "space/mask.npy", mask)
@@ -321,7 +338,7 @@ def test_a_changed_mask_is_caught_by_its_checksum_then_by_the_digest(tmp_path: P
 
 def test_changed_indices_are_caught_by_the_digest(tmp_path: Path) -> None:
     space = SPACES["indices"]()
-    d = write_plan(tmp_path / "p", space, 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 32), 2).path
     ids = np.asarray(space).copy()
     ids[[0, 1]] = ids[[1, 0]]  # the same ids in another order: another space
     np.save(d / "space/indices.npy", ids)
@@ -331,7 +348,7 @@ def test_changed_indices_are_caught_by_the_digest(tmp_path: Path) -> None:
 
 
 def test_a_changed_space_spec_is_caught_by_the_digest(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", SPACES["split part 1"](), 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["split part 1"](), 32), 2).path
     _reseal(d, lambda m: m["space"]["spec"].update(seed=12))
     with pytest.raises(PlanError, match=r"has digest .* the manifest records"):
         open_plan(d)
@@ -350,14 +367,14 @@ def test_a_changed_space_spec_is_caught_by_the_digest(tmp_path: Path) -> None:
 def test_a_bad_space_section_is_refused(
     tmp_path: Path, edit: Callable[[dict[str, Any]], None], match: str
 ) -> None:
-    d = write_plan(tmp_path / "p", SPACES["mask"](), 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["mask"](), 32), 2).path
     _reseal(d, lambda m: edit(m["space"]))
     with pytest.raises(PlanError, match=match):
         open_plan(d)
 
 
 def test_versions_and_space_sections_go_together(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", SPACES["ranges"](), 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["ranges"](), 32), 2).path
     _reseal(d, lambda m: m.update(plan_file_version=2))
     with pytest.raises(PlanError, match="a version-2 manifest holds no 'space'"):
         open_plan(d)
@@ -370,7 +387,7 @@ def test_versions_and_space_sections_go_together(tmp_path: Path) -> None:
 
 
 def test_a_missing_space_file(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", SPACES["mixture of masks"](), 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["mixture of masks"](), 32), 2).path
     (d / "space/source-00001.mask.npy").unlink()
     with pytest.raises(PlanError, match=r"source-00001\.mask\.npy: missing space file"):
         open_plan(d)
@@ -394,7 +411,7 @@ def _swap_id(d: Path, epoch: int, rank: int, at: int, new: int) -> None:
 @pytest.mark.parametrize("kind", ["cipher", "uniform"])
 def test_an_id_outside_the_selection_is_caught(tmp_path: Path, kind: str) -> None:
     space = SPACES["mask"]()
-    d = write_plan(tmp_path / "p", space, 32, 2, kind=kind).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 32, kind=kind), 2).path
     _swap_id(d, 0, 1, 7, 2)  # id 2 has label 2: not selected
     with pytest.raises(PlanError, match=r"rank-00001\.npy: .*\b2\b"):
         verify_plan(d)
@@ -402,7 +419,7 @@ def test_an_id_outside_the_selection_is_caught(tmp_path: Path, kind: str) -> Non
 
 def test_an_id_of_the_selection_in_another_place_is_caught(tmp_path: Path) -> None:
     space = SPACES["split part 1"]()
-    d = write_plan(tmp_path / "p", space, 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 32), 2).path
     _swap_id(d, 0, 0, 3, int(open_plan(d).rank_ids(0, 1)[0]))
     with pytest.raises(PlanError, match=r"rank-00000\.npy"):
         verify_plan(d)
@@ -412,7 +429,7 @@ def test_a_swapped_id_of_a_mixture_is_caught(tmp_path: Path) -> None:
     # A mixture's ids repeat: an id of the space put where another was is
     # still a store id of the space, caught by comparing with the plan.
     space = SPACES["mixture of sizes"]()
-    d = write_plan(tmp_path / "p", space, 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(space, 32), 2).path
     ids = open_plan(d).rank_ids(0, 0)
     other = next(int(i) for i in ids if i != ids[0])
     _swap_id(d, 0, 0, 0, other)
@@ -430,7 +447,7 @@ def test_every_byte_of_a_space_plan_manifest_is_authenticated(tmp_path: Path) ->
         quotas=[6, 4],
         seed=1,
     )
-    write_plan(out, space, 4, 2, epochs=(0,))
+    write_plan(out, ep.PlanSpec(space, 4), 2, epochs=(0,))
     readers: dict[str, Callable[[], object]] = {
         "open_plan": lambda: open_plan(out),
         "rank_ids": lambda: open_plan(out).rank_ids(0, 1),
@@ -548,7 +565,7 @@ def test_cli_space_mistakes_name_the_flag(tmp_path: Path, args: list[str], messa
 
 
 def test_cli_verify_names_a_corrupt_space_file(tmp_path: Path) -> None:
-    d = write_plan(tmp_path / "p", SPACES["mask"](), 32, 2).path
+    d = write_plan(tmp_path / "p", ep.PlanSpec(SPACES["mask"](), 32), 2).path
     np.save(d / "space/mask.npy", LABELS == 2)
     res = cli("verify", str(d))
     assert res.returncode == 1

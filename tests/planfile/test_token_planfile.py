@@ -39,6 +39,11 @@ def _lengths(tmp_path: Path, values: Any, name: str = "lengths.npy") -> Path:
     return path
 
 
+def _mapped(tmp_path: Path, values: Any, name: str = "lengths.npy") -> np.ndarray:
+    """``values`` saved to a .npy file and memory-mapped (a memmap records its file)."""
+    return np.load(_lengths(tmp_path, values, name), mmap_mode="r")
+
+
 def _sampler_batches(
     out: Path, rank: int, w: int, epoch: int
 ) -> list[tuple[list[int], list[float]]]:
@@ -85,15 +90,19 @@ def test_a_token_plan_file_serves_the_in_memory_plan(
     b, m = caps
     d = write_plan(
         tmp / "p",
-        n,
-        g,
+        ep.PlanSpec(
+            n,
+            g,
+            seed=seed,
+            tokens=ep.Tokens(
+                _mapped(tmp, lengths),
+                None if loss_tokens is None else _mapped(tmp, loss_tokens, "loss.npy"),
+                cost=cost,
+                loss_normalization=normalization,
+            ),
+        ),
         w,
-        seed=seed,
         epochs=(0, 1),
-        lengths=_lengths(tmp, lengths),
-        loss_tokens=None if loss_tokens is None else _lengths(tmp, loss_tokens, "loss.npy"),
-        cost=cost,
-        loss_normalization=normalization,
         micro_batch_size=b,
         max_tokens=m,
     )
@@ -104,10 +113,7 @@ def test_a_token_plan_file_serves_the_in_memory_plan(
             g,
             seed=seed,
             epoch=epoch,
-            lengths=lengths,
-            loss_tokens=loss_tokens,
-            cost=cost,
-            loss_normalization=normalization,
+            tokens=ep.Tokens(lengths, loss_tokens, cost=cost, loss_normalization=normalization),
         )
         for rank in range(w):
             want = [plan.step_indices(t, rank, w) for t in range(plan.num_steps)]
@@ -120,10 +126,15 @@ def test_a_token_plan_file_serves_the_in_memory_plan(
 def test_the_manifest_records_the_lengths_file_and_the_token_files(tmp_path: Path) -> None:
     lengths = np.arange(30, dtype=np.int64) % 7
     path = _lengths(tmp_path, lengths)
-    d = write_plan(tmp_path / "p", 30, 8, 2, lengths=path, max_tokens=20)
+    d = write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(30, 8, tokens=ep.Tokens(np.load(path, mmap_mode="r"))),
+        2,
+        max_tokens=20,
+    )
     m = json.loads((d.path / MANIFEST).read_text())
     assert m["plan_file_version"] == 3
-    digest = ep.EpochPlan(30, 8, lengths=lengths).state_dict()["lengths_digest"]
+    digest = ep.EpochPlan(30, 8, tokens=ep.Tokens(lengths)).state_dict()["lengths_digest"]
     assert m["tokens"]["lengths"] == {
         "path": str(path.absolute()),
         "dtype": "<i8",
@@ -146,9 +157,13 @@ def test_the_manifest_records_the_lengths_file_and_the_token_files(tmp_path: Pat
     assert m["total_bytes"] == sum(f["bytes"] for f in files)
     # A memmap records its file; an array in memory records none.
     mm = np.load(path, mmap_mode="r")
-    m2 = write_plan(tmp_path / "q", 30, 8, 2, lengths=mm, max_tokens=20).manifest
+    m2 = write_plan(
+        tmp_path / "q", ep.PlanSpec(30, 8, tokens=ep.Tokens(mm)), 2, max_tokens=20
+    ).manifest
     assert m2["tokens"]["lengths"]["path"] == str(path.absolute())
-    m3 = write_plan(tmp_path / "r", 30, 8, 2, lengths=lengths, max_tokens=20).manifest
+    m3 = write_plan(
+        tmp_path / "r", ep.PlanSpec(30, 8, tokens=ep.Tokens(lengths)), 2, max_tokens=20
+    ).manifest
     assert m3["tokens"]["lengths"]["path"] is None and m3["tokens"]["lengths"]["digest"] == digest
     assert verify_plan(tmp_path / "r") is False
 
@@ -156,9 +171,15 @@ def test_the_manifest_records_the_lengths_file_and_the_token_files(tmp_path: Pat
 def test_a_plan_sampler_reads_its_own_files_not_the_lengths(tmp_path: Path) -> None:
     lengths = np.random.default_rng(3).integers(1, 50, 200)
     path = _lengths(tmp_path, lengths)
-    write_plan(tmp_path / "p", 200, 32, 3, lengths=path, max_tokens=64, micro_batch_size=5)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(200, 32, tokens=ep.Tokens(np.load(path, mmap_mode="r"))),
+        3,
+        micro_batch_size=5,
+        max_tokens=64,
+    )
     path.unlink()  # gone: a sampler never reads it
-    plan = ep.EpochPlan(200, 32, lengths=lengths)
+    plan = ep.EpochPlan(200, 32, tokens=ep.Tokens(lengths))
     for rank in range(3):
         assert _sampler_batches(tmp_path / "p", rank, 3, 0) == _plan_batches(plan, rank, 3, 5, 64)
     assert verify_plan(tmp_path / "p") is False
@@ -173,7 +194,7 @@ def test_a_plan_sampler_reads_its_own_files_not_the_lengths(tmp_path: Path) -> N
 
 def test_plan_sampler_state_round_trips_and_refuses_other_lengths(tmp_path: Path) -> None:
     lengths = np.arange(1, 41)
-    write_plan(tmp_path / "p", 40, 8, 2, lengths=lengths, micro_batch_size=2)
+    write_plan(tmp_path / "p", ep.PlanSpec(40, 8, tokens=ep.Tokens(lengths)), 2, micro_batch_size=2)
     s = PlanSampler(tmp_path / "p", rank=1, num_replicas=2)
     batches = iter(s)
     for _ in range(3):
@@ -197,7 +218,7 @@ def test_plan_sampler_state_round_trips_and_refuses_other_lengths(tmp_path: Path
 
 def test_resuming_a_token_plan_sampler_gives_the_rest_of_the_epoch(tmp_path: Path) -> None:
     lengths = np.random.default_rng(0).integers(1, 9, 50)
-    write_plan(tmp_path / "p", 50, 10, 2, lengths=lengths, max_tokens=12)
+    write_plan(tmp_path / "p", ep.PlanSpec(50, 10, tokens=ep.Tokens(lengths)), 2, max_tokens=12)
     full = [list(b) for b in PlanSampler(tmp_path / "p", rank=0, num_replicas=2)]
     s = PlanSampler(tmp_path / "p", rank=0, num_replicas=2)
     state = s.state_dict_at_step(2)
@@ -214,10 +235,10 @@ def test_resuming_a_token_plan_sampler_gives_the_rest_of_the_epoch(tmp_path: Pat
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"loss_tokens": np.ones(20, dtype=int)}, ValueError, "loss_tokens needs lengths"),
+        ({"lengths": None, "loss_tokens": np.ones(20, dtype=int)}, TypeError, "lengths must be"),
         ({"max_tokens": 5}, ValueError, "max_tokens needs lengths"),
         ({"micro_batch_size": 5}, ValueError, "micro_batch_size needs lengths"),
-        ({"cost": (1.0, 1.0)}, ValueError, "cost needs lengths"),
+        ({"lengths": np.ones(20, dtype=int), "cost": (1.0,)}, ValueError, "cost must be"),
         ({"lengths": np.ones(19, dtype=int), "max_tokens": 5}, ValueError, r"lengths must hold"),
         ({"lengths": np.ones(20), "max_tokens": 5}, TypeError, "lengths must be an array of int"),
         ({"lengths": np.ones((4, 5), dtype=int), "max_tokens": 5}, ValueError, "1-d"),
@@ -235,20 +256,26 @@ def test_bad_token_arguments_are_refused_and_nothing_is_written(
     tmp_path: Path, kwargs: dict[str, Any], error: type, match: str
 ) -> None:
     out = tmp_path / "a" / "p"
+    kwargs = dict(kwargs)
+    tokens = {k: kwargs.pop(k) for k in ("lengths", "loss_tokens", "cost") if k in kwargs}
     with pytest.raises(error, match=match):
-        write_plan(out, 20, 5, 2, **kwargs)
+        spec = ep.PlanSpec(20, 5, tokens=ep.Tokens(**tokens) if tokens else None)
+        write_plan(out, spec, 2, **kwargs)
     assert not (tmp_path / "a").exists()
 
 
 def test_a_missing_lengths_file_is_an_error_naming_the_argument(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="lengths: cannot read"):
-        write_plan(tmp_path / "p", 20, 5, 2, lengths=tmp_path / "none.npy", max_tokens=5)
+    # Tokens takes an array (np.load(path, mmap_mode="r") for a file), not a path.
+    with pytest.raises(TypeError, match="lengths must be an array"):
+        ep.Tokens(str(tmp_path / "none.npy"))
 
 
 def test_every_byte_of_a_token_manifest_is_authenticated(tmp_path: Path) -> None:
     out = tmp_path / "p"
-    lengths = _lengths(tmp_path, np.arange(12) % 5)
-    write_plan(out, 12, 4, 2, epochs=(0,), lengths=lengths, loss_tokens=lengths, max_tokens=9)
+    lengths = _mapped(tmp_path, np.arange(12) % 5)
+    write_plan(
+        out, ep.PlanSpec(12, 4, tokens=ep.Tokens(lengths, lengths)), 2, epochs=(0,), max_tokens=9
+    )
     readers: dict[str, Callable[[], object]] = {
         "open_plan": lambda: open_plan(out),
         "PlanSampler": lambda: PlanSampler(out, rank=0, num_replicas=2),
@@ -259,8 +286,10 @@ def test_every_byte_of_a_token_manifest_is_authenticated(tmp_path: Path) -> None
 
 def test_a_token_plan_is_replaced_with_force(tmp_path: Path) -> None:
     lengths = np.arange(12) % 5
-    write_plan(tmp_path / "p", 12, 4, 2, lengths=lengths, max_tokens=9)
-    d = write_plan(tmp_path / "p", 12, 4, 3, lengths=lengths, max_tokens=9, force=True)
+    write_plan(tmp_path / "p", ep.PlanSpec(12, 4, tokens=ep.Tokens(lengths)), 2, max_tokens=9)
+    d = write_plan(
+        tmp_path / "p", ep.PlanSpec(12, 4, tokens=ep.Tokens(lengths)), 3, max_tokens=9, force=True
+    )
     assert d.world_size == 3 and verify_plan(d.path) is False
 
 
@@ -297,14 +326,24 @@ def _table(d: Path, step: int, column: int, value: int) -> None:
 def one_rank(tmp_path: Path) -> Path:
     # W = 1 and a large cap: one micro-batch per step, the balance trivial.
     lengths = np.arange(1, 21)
-    write_plan(tmp_path / "p", 20, 5, 1, lengths=_lengths(tmp_path, lengths), max_tokens=1000)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(20, 5, tokens=ep.Tokens(_mapped(tmp_path, lengths))),
+        1,
+        max_tokens=1000,
+    )
     assert verify_plan(tmp_path / "p") is True
     return tmp_path / "p"
 
 
 def test_verify_finds_a_micro_batch_over_the_cap(tmp_path: Path) -> None:
     lengths = np.full(20, 5)
-    write_plan(tmp_path / "p", 20, 10, 2, lengths=_lengths(tmp_path, lengths), max_tokens=10)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(20, 10, tokens=ep.Tokens(_mapped(tmp_path, lengths))),
+        2,
+        max_tokens=10,
+    )
     d = tmp_path / "p"
 
     def grow(v: np.ndarray) -> None:
@@ -319,7 +358,12 @@ def test_verify_finds_a_micro_batch_over_the_cap(tmp_path: Path) -> None:
 
 def test_verify_finds_unequal_micro_batch_counts(tmp_path: Path) -> None:
     lengths = np.full(20, 5)
-    write_plan(tmp_path / "p", 20, 10, 2, lengths=_lengths(tmp_path, lengths), max_tokens=10)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(20, 10, tokens=ep.Tokens(_mapped(tmp_path, lengths))),
+        2,
+        max_tokens=10,
+    )
     d = tmp_path / "p"
     assert np.load(d / "epoch-0000/steps.npy")[1] == 3  # M of step 0
     _table(d, 0, 1, 2)
@@ -329,7 +373,12 @@ def test_verify_finds_unequal_micro_batch_counts(tmp_path: Path) -> None:
 
 def test_verify_finds_a_step_table_count_the_shares_do_not_make(tmp_path: Path) -> None:
     lengths = np.full(20, 5)
-    write_plan(tmp_path / "p", 20, 10, 2, lengths=_lengths(tmp_path, lengths), max_tokens=10)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(20, 10, tokens=ep.Tokens(_mapped(tmp_path, lengths))),
+        2,
+        max_tokens=10,
+    )
     _table(tmp_path / "p", 0, 1, 4)
     with pytest.raises(PlanError, match="says 4 micro-batches, the step's shares make 3"):
         verify_plan(tmp_path / "p")
@@ -337,7 +386,12 @@ def test_verify_finds_a_step_table_count_the_shares_do_not_make(tmp_path: Path) 
 
 def test_verify_finds_a_broken_balance_bound(tmp_path: Path) -> None:
     # One step of four samples of length 1: 2 and 2, moved to 3 and 1.
-    write_plan(tmp_path / "p", 4, 4, 2, lengths=np.ones(4, dtype=int), max_tokens=100)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(4, 4, tokens=ep.Tokens(np.ones(4, dtype=int))),
+        2,
+        max_tokens=100,
+    )
     d = tmp_path / "p"
     moved = int(np.load(d / "epoch-0000/rank-00001.npy")[0])
     _rewrite(d, "epoch-0000/rank-00000.npy", lambda v: np.append(v, moved))
@@ -392,7 +446,12 @@ def test_verify_finds_offsets_that_do_not_cut_the_rank_file(one_rank: Path) -> N
 def test_verify_finds_a_dealing_that_is_not_the_lengths(tmp_path: Path) -> None:
     # Equal lengths in one share: every structural check holds when two swap,
     # only the recomputed dealing (by position on ties) sees it.
-    write_plan(tmp_path / "p", 8, 8, 2, lengths=_lengths(tmp_path, np.full(8, 3)), max_tokens=100)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(8, 8, tokens=ep.Tokens(_mapped(tmp_path, np.full(8, 3)))),
+        2,
+        max_tokens=100,
+    )
 
     def swap(v: np.ndarray) -> None:
         v[0], v[1] = v[1], v[0]
@@ -405,7 +464,12 @@ def test_verify_finds_a_dealing_that_is_not_the_lengths(tmp_path: Path) -> None:
 def test_verify_finds_a_changed_lengths_file(tmp_path: Path) -> None:
     lengths = np.arange(1, 21)
     path = _lengths(tmp_path, lengths)
-    write_plan(tmp_path / "p", 20, 5, 2, lengths=path, max_tokens=1000)
+    write_plan(
+        tmp_path / "p",
+        ep.PlanSpec(20, 5, tokens=ep.Tokens(np.load(path, mmap_mode="r"))),
+        2,
+        max_tokens=1000,
+    )
     np.save(path, lengths[::-1].copy())
     with pytest.raises(PlanError, match="the lengths file has"):
         verify_plan(tmp_path / "p")

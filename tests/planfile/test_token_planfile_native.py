@@ -50,14 +50,18 @@ def test_every_file_of_the_native_writer_is_what_the_in_memory_plan_deals(
     epochs = (0, 3)
     d = write_plan(
         tmp_path / "p",
-        n,
-        g,
+        ep.PlanSpec(
+            n,
+            g,
+            seed=5,
+            tokens=ep.Tokens(
+                np.load(tmp_path / "lengths.npy", mmap_mode="r"),
+                None if loss_tokens is None else np.load(tmp_path / "loss.npy", mmap_mode="r"),
+                cost=cost,
+            ),
+        ),
         w,
-        seed=5,
         epochs=epochs,
-        lengths=tmp_path / "lengths.npy",
-        loss_tokens=None if loss_tokens is None else tmp_path / "loss.npy",
-        cost=cost,
         micro_batch_size=b,
         max_tokens=m,
     )
@@ -66,7 +70,7 @@ def test_every_file_of_the_native_writer_is_what_the_in_memory_plan_deals(
     all_loss = all_lengths if loss_tokens is None else loss_tokens.astype(np.int64)
     for epoch in epochs:
         plan = ep.EpochPlan(
-            n, g, seed=5, epoch=epoch, lengths=lengths, loss_tokens=loss_tokens, cost=cost
+            n, g, seed=5, epoch=epoch, tokens=ep.Tokens(lengths, loss_tokens, cost=cost)
         )
         e = d.path / f"epoch-{epoch:04d}"
         table = np.load(e / "steps.npy").reshape(-1, 4)
@@ -92,7 +96,9 @@ def test_every_file_of_the_native_writer_is_what_the_in_memory_plan_deals(
 
 def test_verify_refuses_a_token_file_whose_bytes_changed(tmp_path: Path) -> None:
     lengths = np.arange(1, 201, dtype=np.int32)
-    d = write_plan(tmp_path / "p", 200, 20, 3, lengths=lengths, max_tokens=400)
+    d = write_plan(
+        tmp_path / "p", ep.PlanSpec(200, 20, tokens=ep.Tokens(lengths)), 3, max_tokens=400
+    )
     f = d.path / "epoch-0000/rank-00002.lengths.npy"
     data = bytearray(f.read_bytes())
     data[-1] ^= 1
@@ -105,6 +111,7 @@ _PEAK = textwrap.dedent(
     """
     import resource, sys
     import numpy as np
+    from epochplan import PlanSpec, Tokens
     from epochplan.planfile import verify_plan, write_plan
     n, where = int(sys.argv[1]), sys.argv[2]
     rng = np.random.default_rng(0)
@@ -114,7 +121,8 @@ _PEAK = textwrap.dedent(
         out[a : a + k] = np.clip(rng.lognormal(5.0, 1.0, k), 1, 4000)
     out.flush()
     del out
-    write_plan(f"{where}/p", n, 1024, 8, lengths=f"{where}/l.npy", max_tokens=4096)
+    spec = PlanSpec(n, 1024, tokens=Tokens(np.load(f"{where}/l.npy", mmap_mode="r")))
+    write_plan(f"{where}/p", spec, 8, max_tokens=4096)
     assert verify_plan(f"{where}/p") is True
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     """

@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import epochplan.torch as et
+from epochplan import PlanSpec
 
 N, G, B, SEED, EPOCH, DIM, LR = 1001, 64, 8, 11, 2, 5, 0.1
 SAVE_AFTER_STEP = 5
@@ -91,7 +92,7 @@ def train(
         model.bias.copy_(torch.as_tensor(params["bias"], dtype=torch.float64))
     ddp = DistributedDataParallel(model, process_group=group)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
-    sampler = et.ElasticBatchSampler(n, G, B, num_replicas=world, rank=rank, seed=SEED)
+    sampler = et.ElasticBatchSampler(PlanSpec(n, G, seed=SEED), B, rank=rank, num_replicas=world)
     sampler.set_epoch(EPOCH)
     loader_cls = StatefulDataLoader if num_workers else DataLoader
     loader = loader_cls(

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 import epochplan.torch.packing as packing_module  # noqa: E402
+from epochplan import PlanSpec, Tokens  # noqa: E402
 from epochplan.torch import (  # noqa: E402
     ElasticBatchSampler,
     PackedBatch,
@@ -50,15 +51,11 @@ def loss_tokens_of(data: list[dict[str, list[int]]]) -> np.ndarray:
 
 def batches(data, plan_lengths, loss_tokens, world, rank, cap, **kw) -> list[PackedBatch]:
     sampler = ElasticBatchSampler(
-        len(data),
-        7,
+        PlanSpec(len(data), 7, seed=3, tokens=Tokens(plan_lengths, loss_tokens)),
         None,
-        num_replicas=world,
-        rank=rank,
-        seed=3,
-        lengths=plan_lengths,
-        loss_tokens=loss_tokens,
         max_tokens=cap,
+        rank=rank,
+        num_replicas=world,
     )
     loader = torch.utils.data.DataLoader(
         sampler.wrap_dataset(data), batch_sampler=sampler, collate_fn=PackedCollate(**kw)
@@ -134,15 +131,11 @@ def test_weighted_losses_over_all_ranks_are_w_times_each_steps_token_mean(
             totals[batch.step] = totals.get(batch.step, 0.0) + float(loss)
     # One device: each step's token losses summed, over its loss tokens.
     sampler = ElasticBatchSampler(
-        len(data),
-        7,
+        PlanSpec(len(data), 7, seed=3, tokens=Tokens(lens, loss_tokens)),
         None,
-        num_replicas=1,
-        rank=0,
-        seed=3,
-        lengths=lens,
-        loss_tokens=loss_tokens,
         max_tokens=9,
+        rank=0,
+        num_replicas=1,
     )
     plan = sampler.plan
     for step in range(plan.num_steps):
@@ -161,7 +154,7 @@ def test_weighted_losses_over_all_ranks_are_w_times_each_steps_token_mean(
 def test_token_losses_are_aligned_with_labels_and_sample_losses_sum_them() -> None:
     data = [[1, 2, 3], [4, 5], [6]]
     sampler = ElasticBatchSampler(
-        3, 3, None, num_replicas=1, rank=0, lengths=[3, 2, 1], max_tokens=6
+        PlanSpec(3, 3, tokens=Tokens([3, 2, 1])), None, max_tokens=6, rank=0, num_replicas=1
     )
     loader = torch.utils.data.DataLoader(
         sampler.wrap_dataset(data), batch_sampler=sampler, collate_fn=PackedCollate()
@@ -238,15 +231,11 @@ def test_max_length_cuts_samples_as_a_truncating_plan_counts_them() -> None:
     data = [list(range(1, 9)), [9, 10]]  # 8 and 2 tokens
     lengths = np.array([8, 2])
     sampler = ElasticBatchSampler(
-        2,
-        2,
+        PlanSpec(2, 2, tokens=Tokens(lengths, lengths - 1, oversize="truncate")),
         None,
-        num_replicas=1,
-        rank=0,
-        lengths=lengths,
-        loss_tokens=lengths - 1,
         max_tokens=5,
-        oversize="truncate",
+        rank=0,
+        num_replicas=1,
     )
     cut = np.minimum(lengths, 5)
     loader = torch.utils.data.DataLoader(

@@ -26,6 +26,7 @@ dist = pytest.importorskip("torch.distributed")
 transformers = pytest.importorskip("transformers")
 
 import epochplan as ep  # noqa: E402
+from epochplan import PlanSpec, Tokens  # noqa: E402
 from epochplan.torch import (  # noqa: E402
     ElasticBatchSampler,
     PackedCollate,
@@ -82,7 +83,7 @@ def test_packed_per_sample_losses_equal_each_sample_run_alone() -> None:
     model = tiny_llama().eval()
     data = dataset()
     sampler = ElasticBatchSampler(
-        N, N, None, num_replicas=1, rank=0, lengths=LENGTHS, max_tokens=MAX_TOKENS
+        PlanSpec(N, N, tokens=Tokens(LENGTHS)), None, max_tokens=MAX_TOKENS, rank=0, num_replicas=1
     )
     loader = torch.utils.data.DataLoader(
         sampler.wrap_dataset(data),
@@ -125,14 +126,11 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=LR)
         sampler = ElasticBatchSampler(
-            N,
-            G,
+            PlanSpec(N, G, tokens=Tokens(LENGTHS, loss_tokens())),
             None,
-            num_replicas=world,
-            rank=rank,
-            lengths=LENGTHS,
-            loss_tokens=loss_tokens(),
             max_tokens=MAX_TOKENS,
+            rank=rank,
+            num_replicas=world,
         )
         loader = torch.utils.data.DataLoader(
             sampler.wrap_dataset(dataset()),

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from epochplan import Chunked, PlanSpec
 from epochplan.planfile import PlanError, write_plan
 from tests._support.plan_dirs import edit_manifest, rank_file
 
@@ -25,15 +26,12 @@ def test_plan_sampler_matches_elastic_batch_sampler(
     tmp_path: Path, n: int, g: int, w: int, b: int, kind: str, drop_last: bool
 ) -> None:
     pt = pytest.importorskip("epochplan.torch")
-    chunks = {"chunk_size": 7, "preload_nchunks": 2} if kind == "chunked" else {}
-    d = write_plan(
-        tmp_path / "p", n, g, w, seed=4, epochs=(1, 2), kind=kind, drop_last=drop_last, **chunks
-    )
+    order = Chunked(7, 2) if kind == "chunked" else kind
+    spec = PlanSpec(n, g, seed=4, kind=order, drop_last=drop_last)
+    d = write_plan(tmp_path / "p", spec, w, epochs=(1, 2))
     for rank in range(w):
         mine = pt.PlanSampler(d.path, micro_batch_size=b, rank=rank, num_replicas=w)
-        theirs = pt.ElasticBatchSampler(
-            n, g, b, num_replicas=w, rank=rank, seed=4, kind=kind, drop_last=drop_last, **chunks
-        )
+        theirs = pt.ElasticBatchSampler(spec, b, rank=rank, num_replicas=w)
         assert mine.epoch == 1
         for epoch in (1, 2):
             mine.set_epoch(epoch)
@@ -48,7 +46,7 @@ def test_plan_sampler_matches_elastic_batch_sampler(
 
 def test_plan_sampler_reads_steps_from_the_file(tmp_path: Path) -> None:
     pt = pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", 1000, 64, 3)
+    d = write_plan(tmp_path / "p", PlanSpec(1000, 64), 3)
     s = pt.PlanSampler(d.path, micro_batch_size=8, rank=1, num_replicas=3)
     for step in (0, 2, s.plan.num_steps - 1):
         ids = s._step_ids(step)
@@ -62,7 +60,7 @@ def test_plan_sampler_on_a_file_cut_short_raises(tmp_path: Path, keep: int) -> N
     # it, say): a memory map would kill the process with SIGBUS past the last
     # page, or read zeros within it. Run in a subprocess so a crash shows.
     pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", 20_000, 100, 1)
+    d = write_plan(tmp_path / "p", PlanSpec(20_000, 100), 1)
     code = f"""
 import os
 import re
@@ -83,13 +81,13 @@ except PlanError as e:
 
 def test_plan_sampler_resumes_like_elastic_batch_sampler(tmp_path: Path) -> None:
     pt = pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", 5000, 128, 4, seed=1, epochs=(0, 1))
+    d = write_plan(tmp_path / "p", PlanSpec(5000, 128, seed=1), 4, epochs=(0, 1))
     s = pt.PlanSampler(d.path, micro_batch_size=16, rank=2, num_replicas=4, epoch=1)
     it = iter(s)
     for _ in range(7):
         next(it)
     state = s.state_dict()
-    ref = pt.ElasticBatchSampler(5000, 128, 16, num_replicas=4, rank=2, seed=1)
+    ref = pt.ElasticBatchSampler(PlanSpec(5000, 128, seed=1), 16, rank=2, num_replicas=4)
     ref.set_epoch(1)
     assert state == ref.state_dict_at_step(state["cursor"] // 128)
     resumed = pt.PlanSampler(d.path, micro_batch_size=16, rank=2, num_replicas=4)
@@ -137,10 +135,10 @@ def test_plan_sampler_rejects_what_it_cannot_serve(plan_dir: Path) -> None:
 
 def test_plan_sampler_of_a_uniform_plan_serves_its_files(tmp_path: Path) -> None:
     pt = pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", 3000, 96, 3, seed=4, kind="uniform", drop_last=True)
+    d = write_plan(tmp_path / "p", PlanSpec(3000, 96, seed=4, kind="uniform", drop_last=True), 3)
     s = pt.PlanSampler(d.path, micro_batch_size=10, rank=2, num_replicas=3)
     ref = pt.ElasticBatchSampler(
-        3000, 96, 10, num_replicas=3, rank=2, seed=4, kind="uniform", drop_last=True
+        PlanSpec(3000, 96, seed=4, kind="uniform", drop_last=True), 10, rank=2, num_replicas=3
     )
     assert [(list(x), x.weights.tolist()) for x in s] == [
         (list(x), x.weights.tolist()) for x in ref
@@ -160,7 +158,7 @@ def test_plan_sampler_of_a_uniform_plan_serves_its_files(tmp_path: Path) -> None
 
 def test_plan_sampler_of_a_uniform_plan_holds_no_permutation(tmp_path: Path) -> None:
     # 2 * 10^7 samples: the permutation would be 160 MB on every rank.
-    write_plan(tmp_path / "p", 2 * 10**7, 4096, 8, kind="uniform")
+    write_plan(tmp_path / "p", PlanSpec(2 * 10**7, 4096, kind="uniform"), 8)
     code = (
         "import resource, sys; from epochplan.torch import PlanSampler;"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
@@ -179,13 +177,13 @@ def test_plan_sampler_pickles_without_its_memory_map(tmp_path: Path) -> None:
     import pickle
 
     pt = pytest.importorskip("epochplan.torch")
-    d = write_plan(tmp_path / "p", 1000, 64, 2, epochs=(3, 4))
+    d = write_plan(tmp_path / "p", PlanSpec(1000, 64), 2, epochs=(3, 4))
     s = pt.PlanSampler(d.path, micro_batch_size=8, rank=1, num_replicas=2)
     for epoch in (3, 4):
         s.set_epoch(epoch)
         blob = pickle.dumps(s)
         assert len(blob) < 4096
         assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in s]
-    ref = pt.ElasticBatchSampler(1000, 64, 8, num_replicas=2, rank=1)
+    ref = pt.ElasticBatchSampler(PlanSpec(1000, 64), 8, rank=1, num_replicas=2)
     ref.set_epoch(4)
     assert [list(x) for x in pickle.loads(blob)] == [list(x) for x in ref]

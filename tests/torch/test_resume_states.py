@@ -17,7 +17,7 @@ from epochplan.torch.nodes import SamplerWrapper
 
 
 def saved_state(epoch: int = 2) -> dict[str, Any]:
-    node = SamplerWrapper(ElasticBatchSampler(40, 8, 4, num_replicas=2, rank=0))
+    node = SamplerWrapper(ElasticBatchSampler(ep.PlanSpec(40, 8), 4, rank=0, num_replicas=2))
     node.reset()
     for _ in range(epoch):  # epochs 0 .. epoch-1, then two items of `epoch`
         for _ in node:
@@ -29,7 +29,7 @@ def saved_state(epoch: int = 2) -> dict[str, Any]:
 
 
 def fresh() -> SamplerWrapper[Any]:
-    return SamplerWrapper(ElasticBatchSampler(40, 8, 4, num_replicas=2, rank=0))
+    return SamplerWrapper(ElasticBatchSampler(ep.PlanSpec(40, 8), 4, rank=0, num_replicas=2))
 
 
 def test_a_good_state_resumes() -> None:
@@ -95,11 +95,11 @@ def test_another_split_says_what_differs() -> None:
 def test_a_distributed_samplers_state_is_named_as_such() -> None:
     strided = DistributedSampler(range(40), num_replicas=2, rank=0).state_dict()
     with pytest.raises(ValueError, match=r"^state_dict is a DistributedSampler's state"):
-        ElasticBatchSampler(40, 8, 4, num_replicas=2, rank=0).load_state_dict(strided)
+        ElasticBatchSampler(ep.PlanSpec(40, 8), 4, rank=0, num_replicas=2).load_state_dict(strided)
 
 
 def test_torch_batch_size_points_at_the_global_batch_size() -> None:
     with pytest.raises(TypeError, match=r"ElasticBatchSampler\(\) takes no batch_size=: give "):
         ElasticBatchSampler(40, batch_size=8)  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"takes no shuffle=: give kind='identity'"):
-        ElasticBatchSampler(40, 8, 4, shuffle=False)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"takes no shuffle=: give the spec kind='identity'"):
+        ElasticBatchSampler(ep.PlanSpec(40, 8), 4, shuffle=False)  # type: ignore[call-arg]

@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 import epochplan as ep  # noqa: E402
+from epochplan import PlanSpec, Tokens  # noqa: E402
 from epochplan.torch import ElasticBatchSampler  # noqa: E402
 from tests._support.torchrun import exit_without_finalization  # noqa: E402
 
@@ -84,14 +85,11 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=LR)
         sampler = ElasticBatchSampler(
-            N,
-            G,
+            PlanSpec(N, G, tokens=Tokens(LENGTHS, LOSS_TOKENS)),
             None,
-            num_replicas=world,
-            rank=rank,
-            lengths=LENGTHS,
-            loss_tokens=LOSS_TOKENS,
             max_tokens=MAX_TOKENS,
+            rank=rank,
+            num_replicas=world,
         )
         history = []
         for batch in sampler:
@@ -171,14 +169,11 @@ def loader_worker(rank: int, world: int, port: int, out: str, stop: int | None) 
         with torch.no_grad():
             model.weight.copy_(init_params())
         sampler = ElasticBatchSampler(
-            Sequences(),
-            G,
+            PlanSpec(len(Sequences()), G, tokens=Tokens(LENGTHS, LOSS_TOKENS)),
             None,
-            num_replicas=world,
-            rank=rank,
-            lengths=LENGTHS,
-            loss_tokens=LOSS_TOKENS,
             max_tokens=MAX_TOKENS,
+            rank=rank,
+            num_replicas=world,
         )
         if stop is None:
             ckpt = torch.load(Path(out, "ck.pt"), weights_only=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import torch
 import torch.utils.data.distributed as torch_dist
 
 import epochplan.torch as et
+from epochplan import Chunked, PlanSpec
 
 
 def test_bad_rank_errors_match_torch() -> None:
@@ -33,40 +35,65 @@ def test_bad_rank_errors_match_torch() -> None:
     with pytest.raises(
         ValueError, match=r"num_replicas must be in .* got 0 \(from the rank provider"
     ):
-        et.resolve_rank(None, 0, rank_fn=lambda: (0, 0))
+        et.resolve_rank(0, None, rank_fn=lambda: (0, 0))
     with pytest.raises(TypeError, match="rank must be an int"):
         et.DistributedSampler(range(4), 2, "1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="num_replicas must be an int"):
-        et.ElasticBatchSampler(4, 2, 1, num_replicas=2.0, rank=0)  # type: ignore[arg-type]
+        et.ElasticBatchSampler(PlanSpec(4, 2), 1, rank=0, num_replicas=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"micro_batch_size must be an int in \[1, 2\*\*63 - 1\]"):
-        et.ElasticBatchSampler(4, 2, 0, num_replicas=1, rank=0)
+        et.ElasticBatchSampler(PlanSpec(4, 2), 0, rank=0, num_replicas=1)
     with pytest.raises(ValueError, match=rf"micro_batch_size must be an int in .*, got {2**63}"):
-        et.ElasticBatchSampler(4, 2, 2**63, num_replicas=1, rank=0)
+        et.ElasticBatchSampler(PlanSpec(4, 2), 2**63, rank=0, num_replicas=1)
     with pytest.raises(ValueError, match="global_batch_size"):
-        et.ElasticBatchSampler(4, 0, 1, num_replicas=1, rank=0)
-    with pytest.raises(ValueError, match=r"^batch_size must be an int in \[1, 2\*\*63 - 1\]"):
-        et.ChunkSampler(4, 2, 1, 0, num_replicas=1, rank=0)
-    with pytest.raises(ValueError, match=r"^batch_size must be an int in"):
-        et.ChunkSampler(4, 2, 1, 2**70, num_replicas=1, rank=0)
+        et.ElasticBatchSampler(PlanSpec(4, 0), 1, rank=0, num_replicas=1)
+    with pytest.raises(ValueError, match=r"global_batch_size must be an int in \[1, 2\*\*63 - 1\]"):
+        et.ChunkSampler(4, 0, Chunked(2, 1), num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match=r"global_batch_size must be an int in"):
+        et.ChunkSampler(4, 2**70, Chunked(2, 1), num_replicas=1, rank=0)
     with pytest.raises(ValueError, match=r"^num_samples must hold \[0, 2\*\*63 - 1\] samples"):
-        et.ChunkSampler(-1, 2, 1, 4, num_replicas=1, rank=0)
+        et.ChunkSampler(-1, 4, Chunked(2, 1), num_replicas=1, rank=0)
     with pytest.raises(TypeError, match="dataset must be a sized dataset"):
         et.DistributedSampler(5, 2, 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="chunk_size"):
-        et.ChunkSampler(4, 0, 1, 2, num_replicas=1, rank=0)
+        et.ChunkSampler(4, 2, Chunked(0, 1), num_replicas=1, rank=0)
+    with pytest.raises(TypeError, match="chunked must be a Chunked"):
+        et.ChunkSampler(4, 2, 3, num_replicas=1, rank=0)  # type: ignore[arg-type]
+
+
+def test_a_samplers_plan_parameters_travel_in_its_spec() -> None:
+    spec = PlanSpec(10, 4, seed=3, kind=Chunked(2, 2))
+    sampler = et.ElasticBatchSampler(spec, 2, rank=0, num_replicas=1)
+    assert sampler.spec == spec and sampler.seed == 3 and sampler.kind == Chunked(2, 2)
+    assert (sampler.num_samples, sampler.global_batch_size, sampler.drop_last) == (10, 4, False)
+    # Setting a field replaces the spec, the value checked at once.
+    sampler.seed = 5
+    assert sampler.spec == spec.replace(seed=5) and sampler.seed == 5
+    with pytest.raises(ValueError, match="seed"):
+        sampler.seed = -1
+    with pytest.raises(TypeError, match="seed"):
+        sampler.seed = 1.5  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="drop_last"):
+        sampler.drop_last = 1  # type: ignore[assignment]
+    assert sampler.seed == 5
+    # The plan's old keywords name where they went.
+    for name, value in [("seed", 1), ("kind", "uniform"), ("drop_last", True), ("lengths", [1])]:
+        with pytest.raises(TypeError, match=rf"takes no {name}=.*PlanSpec"):
+            et.ElasticBatchSampler(PlanSpec(10, 4), 2, rank=0, num_replicas=1, **{name: value})
+    with pytest.raises(TypeError, match="spec must be a PlanSpec"):
+        et.ElasticBatchSampler(10, 2, rank=0, num_replicas=1)  # type: ignore[arg-type]
 
 
 def test_sampler_arguments_are_checked_when_built() -> None:
     with pytest.raises(ValueError, match=r"num_replicas must be in \[1, 2\*\*63 - 1\]"):
-        et.ElasticBatchSampler(10, 4, 2, num_replicas=2**63, rank=0)
-    with pytest.raises(ValueError, match="data_source_or_num_samples"):
-        et.ElasticBatchSampler(2**63, 4, 2, num_replicas=1, rank=0)
+        et.ElasticBatchSampler(PlanSpec(10, 4), 2, rank=0, num_replicas=2**63)
+    with pytest.raises(ValueError, match="num_samples must be an int in"):
+        et.ElasticBatchSampler(PlanSpec(2**63, 4), 2, rank=0, num_replicas=1)
     with pytest.raises(TypeError, match="num_replicas must be an int, got ndarray"):
-        et.ElasticBatchSampler(10, 4, 2, num_replicas=np.array(2.0), rank=0)
+        et.ElasticBatchSampler(PlanSpec(10, 4), 2, rank=0, num_replicas=np.array(2.0))
     for bad in (None, 1, "yes"):
         with pytest.raises(TypeError, match="drop_last must be a bool"):
-            et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0, drop_last=bad)  # type: ignore[arg-type]
-    sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0, drop_last=np.True_)
+            et.ElasticBatchSampler(PlanSpec(10, 4, drop_last=bad), 2, rank=0, num_replicas=1)  # type: ignore[arg-type]
+    sampler = et.ElasticBatchSampler(PlanSpec(10, 4, drop_last=np.True_), 2, rank=0, num_replicas=1)
     assert sampler.drop_last is True and len(sampler) == 4
 
 
@@ -80,7 +107,7 @@ def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         et.DistributedSampler(range(4), num_replicas=2)
     # A callable (JAX: jax.process_index(), jax.process_count()).
     assert et.resolve_rank(rank_fn=lambda: (1, 3)) == (1, 3)
-    assert et.ElasticBatchSampler(9, 3, 1, rank_fn=lambda: (2, 3)).rank == 2
+    assert et.ElasticBatchSampler(PlanSpec(9, 3), 1, rank_fn=lambda: (2, 3)).rank == 2
     et.set_rank_provider(lambda: (0, 5))
     try:
         assert et.resolve_rank() == (0, 5)
@@ -90,7 +117,7 @@ def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("RANK", "3")
         monkeypatch.setenv("WORLD_SIZE", "4")
         assert et.resolve_rank() == (3, 4)
-        assert et.resolve_rank(8, 5) == (5, 8)
+        assert et.resolve_rank(5, 8) == (5, 8)
         s = et.DistributedSampler(range(10))
         assert (s.rank, s.num_replicas) == (3, 4)
         monkeypatch.setenv("RANK", "4")
@@ -130,23 +157,20 @@ def test_rank_resolution_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         et.resolve_rank(rank_fn=5)  # type: ignore[arg-type]
 
 
-def test_arrays_and_tensors_are_datasets() -> None:
-    # An array or a tensor passed as the data is its samples, even when it
-    # could be read as an int: only a 0-d one stands for N.
-    for data, n in [
-        (np.zeros((10, 3)), 10),
-        (torch.zeros(10, 3), 10),
-        (torch.tensor([7]), 1),
-        (np.array([7]), 1),
-        (np.array(7), 7),
-        (torch.tensor(7), 7),
-        (np.int64(7), 7),
-    ]:
-        sampler = et.ElasticBatchSampler(data, 4, 2, num_replicas=2, rank=0)
-        assert sampler.num_samples == n, (data, n)
+def test_arrays_and_tensors_stand_for_n_only_when_0_d() -> None:
+    # A dataset is given by its length (PlanSpec(len(dataset), ...)); a 0-d
+    # array or tensor is an int, one with a length is not.
+    for data in (np.zeros((10, 3)), torch.zeros(10, 3), torch.tensor([7]), np.array([7])):
+        sampler = et.ElasticBatchSampler(PlanSpec(len(data), 4), 2, rank=0, num_replicas=2)
+        assert sampler.num_samples == len(data)
+        with pytest.raises(TypeError, match="num_samples must be an int"):
+            PlanSpec(data, 4)
+    for data in (np.array(7), torch.tensor(7), np.int64(7)):
+        sampler = et.ElasticBatchSampler(PlanSpec(data, 4), 2, rank=0, num_replicas=2)
+        assert sampler.num_samples == 7 and type(sampler.num_samples) is int
     for bad in (np.array(7.0), 7.0, None):
-        with pytest.raises(TypeError, match="data_source_or_num_samples must be an int or a sized"):
-            et.ElasticBatchSampler(bad, 4, 2, num_replicas=1, rank=0)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="num_samples must be an int"):
+            PlanSpec(bad, 4)  # type: ignore[arg-type]
 
 
 def test_import_epochplan_does_not_import_torch() -> None:
@@ -165,12 +189,19 @@ def test_reprs() -> None:
     )
     assert "PlanSampler" in et.__all__
     with pytest.raises(TypeError, match="preload_nchunks"):
-        et.ChunkSampler(9, 3, None, 4, num_replicas=2, rank=1)  # type: ignore[arg-type]
-    # ChunkSampler's own arguments: batch_size, not global_batch_size.
-    assert repr(et.ChunkSampler(9, 3, 1, 4, num_replicas=2, rank=1, seed=5)) == (
-        "ChunkSampler(num_samples=9, chunk_size=3, preload_nchunks=1, batch_size=4, "
-        "num_replicas=2, rank=1, seed=5, drop_last=False, micro_batch_size=2, epoch=0)"
-    )
+        Chunked(3, None)  # type: ignore[arg-type]
+    # ChunkSampler's arguments: global_batch_size (not batch_size) and its Chunked.
+    text = repr(et.ChunkSampler(9, 4, Chunked(3, 1), num_replicas=2, rank=1, seed=5))
+    assert text.startswith("ChunkSampler(") and not re.search(r"(?<!global_)batch_size=4", text)
+    for part in (
+        "num_samples=9",
+        "global_batch_size=4",
+        "seed=5",
+        "Chunked(chunk_size=3, preload_nchunks=1)",
+        "rank=1",
+        "num_replicas=2",
+    ):
+        assert part in text, (part, text)
 
 
 def test_numpy_and_tensor_epochs() -> None:
@@ -182,6 +213,6 @@ def test_numpy_and_tensor_epochs() -> None:
         assert list(s) == list(ref) and type(s.epoch) is int
         s.load_state_dict({"epoch": epoch, "seed": np.int64(0), "yielded": 0})
         assert list(s) == list(ref)
-    b = et.ElasticBatchSampler(100, 10, 5, num_replicas=2, rank=0)
+    b = et.ElasticBatchSampler(PlanSpec(100, 10), 5, rank=0, num_replicas=2)
     b.set_epoch(np.array(2))
     assert type(b.epoch) is int and b.epoch == 2

@@ -16,7 +16,7 @@ import epochplan.torch as et
 
 
 def test_elastic_load_state_dict_names_its_argument() -> None:
-    s = et.ElasticBatchSampler(10, 4, 2, num_replicas=2, rank=0)
+    s = et.ElasticBatchSampler(ep.PlanSpec(10, 4), 2, rank=0, num_replicas=2)
     with pytest.raises(ValueError, match=r"^state_dict: .*missing the key"):
         s.load_state_dict({"cursor": 0})
     with pytest.raises(TypeError, match=r"^state_dict: .*must be a dict, got list"):
@@ -41,7 +41,9 @@ def test_elastic_sampler_is_exact_equal_step_and_elastic(
 ) -> None:
     ranks = [
         collect(
-            et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=r, seed=seed, drop_last=drop_last)
+            et.ElasticBatchSampler(
+                ep.PlanSpec(n, g, seed=seed, drop_last=drop_last), b, rank=r, num_replicas=w
+            )
         )
         for r in range(w)
     ]
@@ -50,7 +52,7 @@ def test_elastic_sampler_is_exact_equal_step_and_elastic(
     # The same number of micro-batches, and of steps, on every rank; never empty.
     assert len({len(r) for r in ranks}) == 1
     assert len(ranks[0]) == len(
-        et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=0, drop_last=drop_last)
+        et.ElasticBatchSampler(ep.PlanSpec(n, g, drop_last=drop_last), b, rank=0, num_replicas=w)
     )
     seen: list[int] = []
     for step in range(plan.num_steps):
@@ -77,7 +79,8 @@ def test_elastic_sampler_state_resumes_on_other_world_sizes() -> None:
         for stop in [0, 1, 5, 17, 40]:
             # Every rank of W runs `stop` micro-batches; the states agree.
             samplers = [
-                et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=r, seed=2) for r in range(w)
+                et.ElasticBatchSampler(ep.PlanSpec(n, g, seed=2), b, rank=r, num_replicas=w)
+                for r in range(w)
             ]
             consumed: list[list[et.WeightedIndices]] = []
             states = []
@@ -102,7 +105,7 @@ def test_elastic_sampler_state_resumes_on_other_world_sizes() -> None:
             ]
             rest = []
             for r in range(w2):
-                s2 = et.ElasticBatchSampler(n, g, b2, num_replicas=w2, rank=r, seed=0)
+                s2 = et.ElasticBatchSampler(ep.PlanSpec(n, g, seed=0), b2, rank=r, num_replicas=w2)
                 s2.load_state_dict(state)
                 assert s2.epoch == 1 and s2.seed == 2
                 expected_len = len(s2)
@@ -114,7 +117,7 @@ def test_elastic_sampler_state_resumes_on_other_world_sizes() -> None:
 
 
 def test_elastic_len_after_load_and_iteration_rules() -> None:
-    s = et.ElasticBatchSampler(1001, 64, 8, num_replicas=3, rank=1)
+    s = et.ElasticBatchSampler(ep.PlanSpec(1001, 64), 8, rank=1, num_replicas=3)
     full = list(s)
     for step in [0, 1, 7, 15, 16]:
         s.load_state_dict(s.state_dict_at_step(step))
@@ -136,7 +139,7 @@ def test_elastic_len_after_load_and_iteration_rules() -> None:
 def test_elastic_epoch_cannot_change_under_a_running_iteration() -> None:
     # Continuing an iteration after set_epoch would mix the two epochs' batches
     # (and a state saved then would skip the new epoch): it raises instead.
-    s = et.ElasticBatchSampler(10, 3, 3, num_replicas=1, rank=0)
+    s = et.ElasticBatchSampler(ep.PlanSpec(10, 3), 3, rank=0, num_replicas=1)
     it = iter(s)
     next(it)
     s.set_epoch(1)
@@ -156,7 +159,7 @@ def test_elastic_epoch_cannot_change_under_a_running_iteration() -> None:
 
 
 def test_elastic_load_rejects_other_datasets() -> None:
-    s = et.ElasticBatchSampler(100, 10, 2, num_replicas=1, rank=0)
+    s = et.ElasticBatchSampler(ep.PlanSpec(100, 10), 2, rank=0, num_replicas=1)
     for key, value in [("num_samples", 99), ("global_batch_size", 20), ("drop_last", True)]:
         other = dict(s.state_dict(), **{key: value})
         with pytest.raises(ValueError, match=key):
@@ -165,13 +168,15 @@ def test_elastic_load_rejects_other_datasets() -> None:
         s.load_state_dict(dict(s.state_dict(), format_version=99))
     with pytest.raises(ValueError, match="kind"):
         s.load_state_dict(
-            et.ElasticBatchSampler(100, 10, 2, num_replicas=1, rank=0, kind="identity").state_dict()
+            et.ElasticBatchSampler(
+                ep.PlanSpec(100, 10, kind="identity"), 2, rank=0, num_replicas=1
+            ).state_dict()
         )
     # Another chunk layout is another order: resuming in it would repeat and skip samples.
-    c = et.ChunkSampler(500, 7, 2, 20, num_replicas=1, rank=0)
+    c = et.ChunkSampler(500, 20, ep.Chunked(7, 2), num_replicas=1, rank=0)
     for key, other in [
-        ("chunk_size", et.ChunkSampler(500, 10, 2, 20, num_replicas=1, rank=0)),
-        ("preload_nchunks", et.ChunkSampler(500, 7, 3, 20, num_replicas=1, rank=0)),
+        ("chunk_size", et.ChunkSampler(500, 20, ep.Chunked(10, 2), num_replicas=1, rank=0)),
+        ("preload_nchunks", et.ChunkSampler(500, 20, ep.Chunked(7, 3), num_replicas=1, rank=0)),
     ]:
         with pytest.raises(ValueError, match=key):
             other.load_state_dict(c.state_dict_at_step(3))
@@ -192,8 +197,8 @@ def test_subclass_hooks_serve_precomputed_plans() -> None:
             return self.table[a:z]
 
     for r in range(3):
-        kw = {"num_replicas": 3, "rank": r, "seed": 2}
-        mine, base = Precomputed(500, 48, 5, **kw), et.ElasticBatchSampler(500, 48, 5, **kw)
+        spec, kw = ep.PlanSpec(500, 48, seed=2), {"num_replicas": 3, "rank": r}
+        mine, base = Precomputed(spec, 5, **kw), et.ElasticBatchSampler(spec, 5, **kw)
         for s in (mine, base):
             s.set_epoch(3)
         assert [(list(m), m.weights.tolist(), m.step) for m in mine] == [
@@ -205,7 +210,7 @@ def test_subclass_hooks_serve_precomputed_plans() -> None:
 
 def test_chunk_sampler_windows_touch_at_most_preload_nchunks() -> None:
     n, c, k = 1037, 10, 3
-    perm = np.asarray(ep.Permutation(n, seed=4, kind="chunked", chunk_size=c, preload_nchunks=k))
+    perm = np.asarray(ep.Permutation(n, seed=4, kind=ep.Chunked(c, k)))
     chunk_of = perm // c
     sizes = np.bincount(np.arange(n) // c)
     # Cut the order into windows: a window closes when it holds k complete chunks.
@@ -225,7 +230,7 @@ def test_chunk_sampler_windows_touch_at_most_preload_nchunks() -> None:
     for w in [1, 2, 3]:
         seen = []
         for r in range(w):
-            s = et.ChunkSampler(n, c, k, 32, num_replicas=w, rank=r, seed=4)
+            s = et.ChunkSampler(n, 32, ep.Chunked(c, k), num_replicas=w, rank=r, seed=4)
             assert s.plan.kind == "chunked"
             ids = [i for mb in s for i, x in zip(mb, mb.weights, strict=True) if x > 0]
             seen += ids
@@ -243,22 +248,22 @@ def test_chunk_sampler_is_elastic_and_resumable() -> None:
     steps = {}
     for w in [1, 3]:
         for r in range(w):
-            for mb in et.ChunkSampler(n, c, k, g, num_replicas=w, rank=r, seed=1):
+            for mb in et.ChunkSampler(n, g, ep.Chunked(c, k), num_replicas=w, rank=r, seed=1):
                 steps.setdefault((w, mb.step), []).extend(
                     i for i, x in zip(mb, mb.weights, strict=True) if x > 0
                 )
     for t in range(25):
         assert sorted(steps[(1, t)]) == sorted(steps[(3, t)])
-    s = et.ChunkSampler(n, c, k, g, num_replicas=3, rank=0, seed=1)
+    s = et.ChunkSampler(n, g, ep.Chunked(c, k), num_replicas=3, rank=0, seed=1)
     assert len(next(iter(s))) == 7  # ceil(20 / 3): one micro-batch per rank and step
     state = s.state_dict_at_step(10)
-    s2 = et.ChunkSampler(n, c, k, g, num_replicas=2, rank=1)
+    s2 = et.ChunkSampler(n, g, ep.Chunked(c, k), num_replicas=2, rank=1)
     s2.load_state_dict(state)
     assert next(iter(s2)).step == 10 and s2.seed == 1
     # Resumed on 2 ranks, the rest of the epoch: steps 10 on, every sample once.
     rest = []
     for r in range(2):
-        resumed = et.ChunkSampler(n, c, k, g, num_replicas=2, rank=r)
+        resumed = et.ChunkSampler(n, g, ep.Chunked(c, k), num_replicas=2, rank=r)
         resumed.load_state_dict(state)
         rest += [i for mb in resumed for i, x in zip(mb, mb.weights, strict=True) if x > 0]
     done = [i for t in range(10) for i in steps[(1, t)]]

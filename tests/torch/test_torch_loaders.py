@@ -30,7 +30,7 @@ class Squares(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_weights_reach_the_training_loop(num_workers: int) -> None:
     n, g, b, w = 203, 16, 3, 3
-    sampler = et.ElasticBatchSampler(n, g, b, num_replicas=w, rank=2, seed=1)
+    sampler = et.ElasticBatchSampler(ep.PlanSpec(n, g, seed=1), b, rank=2, num_replicas=w)
     expected = list(sampler)
     loader = DataLoader(
         sampler.wrap_dataset(Squares(n)),
@@ -53,7 +53,7 @@ def test_weights_reach_the_training_loop(num_workers: int) -> None:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_plain_dataloader_resumes_from_a_loaded_state(num_workers: int) -> None:
     # A DataLoader calls iter(batch_sampler) twice before the first batch.
-    sampler = et.ElasticBatchSampler(100, 16, 4, num_replicas=2, rank=1, seed=5)
+    sampler = et.ElasticBatchSampler(ep.PlanSpec(100, 16, seed=5), 4, rank=1, num_replicas=2)
     full = [list(mb) for mb in sampler]
     sampler.load_state_dict(sampler.state_dict_at_step(3))
     loader = DataLoader(
@@ -80,7 +80,7 @@ class Batched(Squares):
 
 
 def test_wrapped_dataset_passes_getitems_batches_through() -> None:
-    sampler = et.ElasticBatchSampler(30, 8, 3, num_replicas=2, rank=0)
+    sampler = et.ElasticBatchSampler(ep.PlanSpec(30, 8), 3, rank=0, num_replicas=2)
     loader = DataLoader(
         sampler.wrap_dataset(Batched(30)),
         batch_sampler=sampler,
@@ -94,7 +94,7 @@ def test_wrapped_dataset_passes_getitems_batches_through() -> None:
 
 
 def test_collate_without_wrapped_dataset_says_what_to_do() -> None:
-    sampler = et.ElasticBatchSampler(10, 4, 2, num_replicas=1, rank=0)
+    sampler = et.ElasticBatchSampler(ep.PlanSpec(10, 4), 2, rank=0, num_replicas=1)
     loader = DataLoader(Squares(10), batch_sampler=sampler, collate_fn=sampler.collate())
     with pytest.raises(TypeError, match="wrap_dataset"):
         next(iter(loader))
@@ -104,7 +104,7 @@ def test_collate_without_wrapped_dataset_says_what_to_do() -> None:
 
 
 def test_pickling_and_spawned_workers() -> None:
-    sampler = et.ElasticBatchSampler(50, 8, 3, num_replicas=2, rank=1, seed=3)
+    sampler = et.ElasticBatchSampler(ep.PlanSpec(50, 8, seed=3), 3, rank=1, num_replicas=2)
     sampler.set_epoch(2)
     clone = pickle.loads(pickle.dumps(sampler))
     assert list(clone) == list(sampler) and repr(clone) == repr(sampler)
@@ -115,7 +115,7 @@ def test_pickling_and_spawned_workers() -> None:
     for s in [
         et.DistributedSampler(range(50), 3, 1, seed=3),
         et.ExactDistributedSampler(range(50), 3, 1),
-        et.ChunkSampler(50, 5, 2, 8, num_replicas=2, rank=0),
+        et.ChunkSampler(50, 8, ep.Chunked(5, 2), num_replicas=2, rank=0),
     ]:
         assert list(pickle.loads(pickle.dumps(s))) == list(s)
     loader = DataLoader(
@@ -140,7 +140,7 @@ def stateful_run(
 
     out, states = [], []
     for r in range(w):
-        sampler = et.ElasticBatchSampler(301, 24, b, num_replicas=w, rank=r, seed=9)
+        sampler = et.ElasticBatchSampler(ep.PlanSpec(301, 24, seed=9), b, rank=r, num_replicas=w)
         loader = StatefulDataLoader(
             sampler.wrap_dataset(Squares(301)),
             batch_sampler=sampler,
@@ -211,7 +211,7 @@ def test_end_of_epoch_checkpoint_then_next_epoch(num_workers: int, elastic: bool
 
     def loader() -> tuple[StatefulDataLoader, Any]:
         if elastic:
-            s: Any = et.ElasticBatchSampler(40, 8, 4, num_replicas=1, rank=0, seed=5)
+            s: Any = et.ElasticBatchSampler(ep.PlanSpec(40, 8, seed=5), 4, rank=0, num_replicas=1)
             dataset = s.wrap_dataset(Squares(40))
             kwargs = {"batch_sampler": s, "collate_fn": s.collate()}
             return StatefulDataLoader(dataset, num_workers=num_workers, **kwargs), s
@@ -237,7 +237,7 @@ def test_end_of_epoch_checkpoint_then_next_epoch(num_workers: int, elastic: bool
 def test_finished_state_of_another_epoch_keeps_the_set_epoch(cls: Any) -> None:
     def make() -> Any:
         if cls is et.ElasticBatchSampler:
-            return cls(12, 4, 2, num_replicas=1, rank=0)
+            return cls(ep.PlanSpec(12, 4), 2, num_replicas=1, rank=0)
         return cls(range(12), 1, 0)
 
     done = make()

@@ -34,7 +34,9 @@ def fetch(batch: et.WeightedIndices) -> tuple[list[int], list[float], int, bool]
 
 
 def elastic_loader(world: int, rank: int, make: Callable[..., Any] | None = None) -> Any:
-    make = make or (lambda w, r: et.ElasticBatchSampler(N, G, B, num_replicas=w, rank=r, seed=7))
+    make = make or (
+        lambda w, r: et.ElasticBatchSampler(ep.PlanSpec(N, G, seed=7), B, rank=r, num_replicas=w)
+    )
     node = nodes.SamplerWrapper(make(world, rank))
     return tn.Loader(tn.ParallelMapper(node, fetch, num_workers=2))
 
@@ -53,11 +55,11 @@ def take(it: Any, count: int) -> list[Any]:
     return [next(it) for _ in range(count)]
 
 
-def chunk_sampler(w: int, r: int) -> et.ChunkSampler:
-    return et.ChunkSampler(
-        N, chunk_size=10, preload_nchunks=2, batch_size=G, micro_batch_size=B,
-        num_replicas=w, rank=r, seed=7,
-    )  # fmt: skip
+def chunk_sampler(w: int, r: int) -> et.ElasticBatchSampler:
+    # The chunked order with B samples a micro-batch (ChunkSampler deals one
+    # micro-batch per rank and step: a step would never be cut short).
+    spec = ep.PlanSpec(N, G, seed=7, kind=ep.Chunked(10, 2))
+    return et.ElasticBatchSampler(spec, B, num_replicas=w, rank=r)
 
 
 @pytest.mark.parametrize("make", [None, chunk_sampler], ids=["elastic", "chunk"])
@@ -113,7 +115,7 @@ def test_a_reset_after_restoring_a_finished_epoch_starts_the_next(cls: Any) -> N
     # The sequence of meta-pytorch/data#1513, node by node: torchdata's own
     # SamplerWrapper serves nothing after the last reset.
     sampler = (
-        cls(range(10), 4, 2, num_replicas=2, rank=0, seed=42)
+        cls(ep.PlanSpec(10, 4, seed=42), 2, num_replicas=2, rank=0)
         if cls is et.ElasticBatchSampler
         else cls(range(10), num_replicas=2, rank=0, seed=42)
     )
@@ -186,11 +188,11 @@ def test_the_strided_samplers_restore_on_the_same_world_size(exact: bool) -> Non
 
 
 def test_the_items_are_the_samplers_and_the_state_keys_torchdatas() -> None:
-    sampler = et.ElasticBatchSampler(N, G, B, num_replicas=2, rank=0, seed=7)
+    sampler = et.ElasticBatchSampler(ep.PlanSpec(N, G, seed=7), B, rank=0, num_replicas=2)
     node = nodes.SamplerWrapper(sampler, initial_epoch=4)
     first = next(node)
     assert isinstance(first, et.WeightedIndices) and sampler.epoch == 4
-    reference = et.ElasticBatchSampler(N, G, B, num_replicas=2, rank=0, seed=7)
+    reference = et.ElasticBatchSampler(ep.PlanSpec(N, G, seed=7), B, rank=0, num_replicas=2)
     reference.set_epoch(4)
     assert first == next(iter(reference))
     state = node.state_dict()
