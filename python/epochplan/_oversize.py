@@ -21,6 +21,7 @@ skipped, with their lengths.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import numpy.typing as npt
@@ -73,26 +74,61 @@ def _ranges_without(ids: npt.NDArray[np.int64], n: int) -> Selection:
     return Selection.from_ranges(ranges, n)
 
 
-def _without(spec: PlanSpec, ids: npt.NDArray[np.int64]) -> Selection:
-    """The spec's index space less ``ids`` (ascending, each in the space):
-    ranges stay ranges (O(ranges + skipped) memory), a mask a mask; ids
-    (``from_indices``, a ``random_split`` part) keep their order."""
+def _without(spec: PlanSpec, ids: npt.NDArray[np.int64]) -> Selection | Mixture:
+    """The spec's index space less ``ids`` (ascending, each in the space)."""
     space = spec.space
     if space is None:
         return _ranges_without(ids, spec.num_samples)
-    if isinstance(space, (Mixture, MixtureEpoch)):
+    if isinstance(space, MixtureEpoch):
         raise ValueError(
-            'oversize="skip" does not apply to a Mixture: give its sources without the '
-            'samples (Selection.from_ranges, from_mask), or oversize="truncate"'
+            'oversize="skip" applies to a Mixture, not to one of its epochs: give the '
+            "Mixture (each epoch's plan is then over the mixture less those samples)"
         )
-    if space.form == "ranges":
-        return space & _ranges_without(ids, space.num_samples)
-    if space.form == "mask":
-        mask = space.to_mask()
+    if isinstance(space, Mixture):
+        return _mixture_without(space, ids)
+    return _selection_without(space, ids)
+
+
+def _selection_without(sel: Selection, ids: npt.NDArray[np.int64]) -> Selection:
+    """``sel`` less those of ``ids`` it holds: ranges stay ranges
+    (O(ranges + skipped) memory), a mask a mask; ids (``from_indices``, a
+    ``random_split`` part) keep their order."""
+    if sel.form == "ranges":
+        return sel & _ranges_without(ids, sel.num_samples)
+    if sel.form == "mask":
+        mask = sel.to_mask()
         mask[ids] = False
         return Selection.from_mask(mask)
-    kept = np.asarray(space)
-    return Selection.from_indices(kept[~np.isin(kept, ids)], space.num_samples)
+    kept = np.asarray(sel)
+    return Selection.from_indices(kept[~np.isin(kept, ids)], sel.num_samples)
+
+
+def _mixture_without(mixture: Mixture, ids: npt.NDArray[np.int64]) -> Mixture:
+    """The mixture of the same quotas (and phases) and seed over its sources
+    less ``ids``: each source keeps its exact count an epoch, its passes over
+    the samples left. A source given by its size is the range of the store
+    it stands for (the arrangement of such a mixture and of its ranges is
+    the same)."""
+    sources = mixture.sources
+    if sources and not isinstance(sources[0], Selection):
+        store = sum(mixture.sizes)
+        starts = np.cumsum([0, *mixture.sizes])
+        sources = [
+            Selection.from_ranges([(a, b)], store) for a, b in itertools.pairwise(starts.tolist())
+        ]
+    kept = []
+    for k, source in enumerate(sources):
+        assert isinstance(source, Selection)
+        left = _selection_without(source, ids)
+        if len(left) == 0:
+            raise ValueError(
+                f'oversize="skip" leaves source {k} of the Mixture without samples: every '
+                'one is longer than max_tokens (give oversize="truncate", or leave the '
+                "source out of the mixture)"
+            )
+        kept.append(left)
+    (_, quotas), *later = mixture.phases
+    return Mixture(kept, quotas=quotas, seed=mixture.seed, phases=later or None)
 
 
 def apply_oversize(
@@ -109,11 +145,8 @@ def apply_oversize(
     if tokens is None or max_tokens is None or tokens.oversize == "error":
         return spec, None
     policy = tokens.oversize
-    if tokens.max_length is not None:
-        raise ValueError(
-            "oversize applies to lengths as given: the tokens already cut them "
-            f"(max_length={tokens.max_length})"
-        )
+    # Tokens that cut already (a sampler's spec, say) are read cut: only a
+    # sample still over the cap is reported.
     ids, lengths = spec.plan(0).oversize(max_tokens)
     report = OversizeReport(policy, int(max_tokens), ids, lengths)
     if report.count == 0:

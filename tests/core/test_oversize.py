@@ -175,8 +175,8 @@ def test_skip_over_a_selection_and_refusals() -> None:
     s = sampler(lengths, 2, 0, space=sel, global_batch_size=2, oversize="skip", max_tokens=50)
     assert s.oversize_report.ids.tolist() == [2, 4]
     assert sorted(np.asarray(s.plan.space).tolist()) == [1, 3, 5, 6]
-    mix = ep.Mixture([3, 4], weights=[1, 1], num_samples=6)
-    with pytest.raises(ValueError, match="Mixture"):
+    mix = ep.Mixture([1, 1, 5], weights=[1, 1, 1], num_samples=6)  # source 0 is sample 0
+    with pytest.raises(ValueError, match="leaves source 0 of the Mixture without samples"):
         sampler(lengths, 2, 0, space=mix, global_batch_size=2, oversize="skip", max_tokens=50)
     with pytest.raises(TypeError, match="lengths must be an array"):
         ep.EpochPlan(5, 2, tokens=ep.Tokens(None, max_length=3))  # type: ignore[arg-type]
@@ -211,13 +211,6 @@ def test_plan_files_refuse_before_writing_or_skip_the_samples(tmp_path) -> None:
             tmp_path / "refused", ep.PlanSpec(400, 32, tokens=ep.Tokens(lengths)), 3, max_tokens=CAP
         )
     assert not (tmp_path / "refused").exists()  # nothing written
-    with pytest.raises(ValueError, match='oversize="truncate" is not available'):
-        write_plan(
-            tmp_path / "t",
-            ep.PlanSpec(400, 32, tokens=ep.Tokens(lengths, oversize="truncate")),
-            3,
-            max_tokens=CAP,
-        )
     d = write_plan(
         tmp_path / "s",
         ep.PlanSpec(400, 32, seed=4, tokens=ep.Tokens(lengths, oversize="skip")),
@@ -267,3 +260,66 @@ def test_a_plan_over_a_mixture_reports_only_its_sources_samples() -> None:
     assert ids.tolist() == [0, 2, 4]  # a later epoch (or phase) may take them
     ids, _ = ep.EpochPlan(ep.Mixture([odds]), 3, tokens=ep.Tokens(lengths)).oversize(50)
     assert ids.tolist() == []
+
+
+def test_skip_over_a_mixture_keeps_its_quotas_and_phases_over_the_samples_left() -> None:
+    lengths = lognormal(300, 11)
+    mix = ep.Mixture([100, 200], weights=[1, 1], num_samples=120, seed=3, phases=[(2, [1, 3])])
+    s = sampler(lengths, 3, 1, space=mix, global_batch_size=16, oversize="skip")
+    over = set(np.flatnonzero(lengths > CAP).tolist())
+    assert s.oversize_report.ids.tolist() == sorted(over)
+    skipped = s.plan.space.mixture
+    assert skipped.phases == mix.phases  # each source's count an epoch, in every phase
+    for epoch in range(4):
+        s.set_epoch(epoch)
+        ids = np.concatenate([s.plan.rank_indices(r, 3) for r in range(3)])
+        assert not over & set(ids.tolist())  # no weight counts a skipped sample
+        counts = [int((ids < 100).sum()), int((ids >= 100).sum())]
+        assert counts == mix.quotas_at(epoch)
+    # A source's passes run over its samples left: the first pass of each
+    # takes each of them once before any twice.
+    first = np.asarray(skipped.epoch(0))
+    for start, stop in ((0, 100), (100, 300)):
+        mine = first[(first >= start) & (first < stop)].tolist()
+        left = sorted(set(range(start, stop)) - over)
+        assert len(set(mine)) == min(len(mine), len(left))
+
+
+def test_plan_files_truncate_store_the_cut_lengths_and_serve_the_samplers_plan(
+    tmp_path,
+) -> None:
+    from epochplan.planfile import open_plan, verify_plan, write_plan
+    from epochplan.torch import PlanSampler
+
+    lengths = lognormal(500, 13)
+    np.save(tmp_path / "lengths.npy", lengths)
+    mapped = np.load(tmp_path / "lengths.npy", mmap_mode="r")
+    loss = np.maximum(lengths - 1, 0)
+    spec = ep.PlanSpec(500, 32, seed=2, tokens=ep.Tokens(mapped, loss, oversize="truncate"))
+    d = write_plan(tmp_path / "cut", spec, 3, epochs=range(2), max_tokens=CAP)
+    assert d.manifest["plan_file_version"] == 5
+    assert d.manifest["tokens"]["max_length"] == CAP
+    assert verify_plan(d.path) is False  # the loss tokens were given in memory
+    for rank in range(3):
+        tokens = ep.Tokens(lengths, loss, oversize="truncate")
+        s = ElasticBatchSampler(
+            ep.PlanSpec(500, 32, seed=2, tokens=tokens), max_tokens=CAP, rank=rank, num_replicas=3
+        )
+        p = PlanSampler(d.path, rank=rank, num_replicas=3)
+        for epoch in range(2):
+            s.set_epoch(epoch)
+            p.set_epoch(epoch)
+            ours, theirs = list(s), list(p)
+            assert [list(b) for b in ours] == [list(b) for b in theirs]
+            assert all(np.allclose(a.weights, b.weights) for a, b in zip(ours, theirs, strict=True))
+        # Their states are one: either resumes the other.
+        s.load_state_dict(p.state_dict_at_step(2))
+        p.load_state_dict(s.state_dict_at_step(1))
+    # Each rank file's lengths are the cut ones.
+    stored = open_plan(d.path).open_token_file(0, 1, "lengths")
+    ids = d.rank_ids(0, 1)
+    assert stored.read(0, len(ids)).tolist() == np.minimum(lengths[ids], CAP).tolist()
+    # With the lengths file alone, verification compares every stored value.
+    spec = ep.PlanSpec(500, 32, tokens=ep.Tokens(mapped, oversize="truncate"))
+    d = write_plan(tmp_path / "cut-file", spec, 2, max_tokens=CAP)
+    assert verify_plan(d.path) is True

@@ -83,8 +83,9 @@ def write_plan(
             is found before anything is written (one pass over the lengths)
             and handled by the tokens' ``oversize`` policy: ``"error"``
             names how many and the first ids, ``"skip"`` leaves them out
-            (the directory's space is the space less those ids);
-            ``"truncate"`` is for the samplers.
+            (the directory's space is the space less those ids) and
+            ``"truncate"`` cuts them to the cap (the files hold the cut
+            lengths, in a directory of plan-file version 5).
         force: replace ``out`` if it is an existing plan directory (an empty
             directory is written into without it).
         progress: called about ten times a second as
@@ -116,7 +117,7 @@ def write_plan(
     stored_space(spec)
     world_size, epoch_list = checked_files(world_size, epochs)
     force = bool_arg(force, "force")  # a truthy string would replace a plan
-    spec = _skip_oversize(spec, max_tokens)
+    spec = _apply_oversize(spec, max_tokens)
     tokens = _token_args(spec, world_size, micro_batch_size, max_tokens)
 
     # Parents created for `out` go again if the write fails (when still empty).
@@ -144,15 +145,10 @@ def stored_space(spec: PlanSpec) -> Selection | Mixture | None:
     return space
 
 
-def _skip_oversize(spec: PlanSpec, max_tokens: Any) -> PlanSpec:
-    """The spec whose space leaves out the samples over ``max_tokens`` with
-    ``oversize="skip"``; the spec itself otherwise."""
-    tokens = spec.tokens
-    if tokens is not None and tokens.oversize == "truncate":
-        raise ValueError(
-            'oversize="truncate" is not available for plan files: give oversize="skip", '
-            "or truncate in the sampler (ElasticBatchSampler(..., max_tokens=...))"
-        )
+def _apply_oversize(spec: PlanSpec, max_tokens: Any) -> PlanSpec:
+    """The spec that carries out its tokens' ``oversize`` policy for
+    ``max_tokens``: its space less the samples over the cap (``"skip"``),
+    or its tokens cut to the cap (``"truncate"``)."""
     if max_tokens is not None:
         max_tokens = int_arg(max_tokens, "max_tokens", 1)
     return apply_oversize(spec, max_tokens)[0]
@@ -190,11 +186,6 @@ def _token_args(
     if tokens.loss_tokens is not None:
         _, *rest = array_source(tokens.loss_tokens, "loss_tokens")
         loss_source = tuple(rest)
-    if tokens.max_length is not None:
-        raise ValueError(
-            "plan files store the lengths as given: tokens that cut the samples "
-            f"(max_length={tokens.max_length}) cannot be written"
-        )
     # The caps are checked by the plan, with their messages: every sample
     # over the cap too, before any disk work (one pass over the lengths
     # names how many and the first ids).
@@ -218,6 +209,7 @@ def _token_args(
         None if micro_batch_size is None else int(micro_batch_size),
         None if max_tokens is None else int(max_tokens),
         (),
+        tokens.max_length,
     )
     return _TokenArgs(kwargs, info)
 

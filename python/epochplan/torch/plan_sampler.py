@@ -237,9 +237,12 @@ def _token_state(tokens: Any) -> dict[str, Any]:
     """What a token plan's state adds to a plan's: as ``EpochPlan.state_dict``
     records it."""
     loss = tokens.loss_tokens
-    return {
+    state = {
         "cost": tokens.cost,
         "loss_normalization": tokens.loss_normalization,
         "lengths_digest": tokens.lengths.digest,
         "loss_tokens_digest": None if loss is None else loss.digest,
     }
+    if tokens.max_length is not None:
+        state["max_length"] = tokens.max_length
+    return state

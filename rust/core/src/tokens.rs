@@ -95,7 +95,9 @@ mod shares;
 
 pub use balance::{balance, greedy, spread, strided, Balance, CostValue, FloatLoad, Method};
 pub use micro::{cut_share, deal_step, Caps, MicroBatchRef, MicroBatches, ShareCuts, StepDealing};
-pub use oversize::{truncated, Oversize, OversizeReport, OversizeScan, NAMED_IDS};
+pub use oversize::{
+    truncated, CutLengths, CutLoss, Oversize, OversizeReport, OversizeScan, NAMED_IDS,
+};
 pub use shares::StepShares;
 
 use crate::error::{Error, Result};

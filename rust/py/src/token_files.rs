@@ -54,12 +54,6 @@ impl TokenDealer {
                 "plan must be a token plan (tokens=Tokens(...))",
             ));
         };
-        if tokens.max_length.is_some() {
-            return Err(PyValueError::new_err(
-                "plan files store the lengths as given: a plan that cuts its samples \
-                 (max_length) cannot be written",
-            ));
-        }
         let (layout, _, _) = plan.parts();
         if layout.cursor() != 0 {
             return Err(PyValueError::new_err(
@@ -106,7 +100,7 @@ impl TokenDealer {
             steps,
         };
         let guards = Guards::new(py, &self.tokens)?;
-        let (lengths, loss) = guards.slices()?;
+        let (lengths, loss) = guards.readers()?;
         let arrays = TokenArraysRef {
             lengths: &lengths,
             loss_tokens: loss.as_ref().map(|l| l as _),

@@ -1,9 +1,11 @@
 //! A token plan's numpy arrays as plain slices, for work done without the
 //! GIL on every core: each array is borrowed read-only (contiguous; a
-//! strided array is copied once) for as long as its guard lives.
+//! strided array is copied once) for as long as its guard lives, and read
+//! as the plan reads it (cut to its `max_length`).
 
 use crate::lengths::TokenArrays;
 use epochplan_core::dealing::SampleLengths;
+use epochplan_core::tokens::{CutLengths, CutLoss};
 use epochplan_core::Result;
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
@@ -74,14 +76,45 @@ macro_rules! dtypes {
 
 dtypes!(I64: i64, I32: i32, U32: u32, U64: u64, I16: i16, U16: u16, I8: i8, U8: u8);
 
+/// An array's values as a plan reads them: as given, or cut to the plan's
+/// `max_length` (`oversize="truncate"`).
+#[derive(Debug, Clone, Copy)]
+pub enum Reader<'a> {
+    /// The values as given.
+    Given(Slice<'a>),
+    /// Lengths cut to the cap.
+    CutLengths(CutLengths<Slice<'a>>),
+    /// Loss tokens of samples cut to the cap.
+    CutLoss(CutLoss<Slice<'a>, Slice<'a>>),
+}
+
+impl SampleLengths for Reader<'_> {
+    fn num_samples(&self) -> u64 {
+        match self {
+            Reader::Given(s) => s.num_samples(),
+            Reader::CutLengths(c) => c.num_samples(),
+            Reader::CutLoss(c) => c.num_samples(),
+        }
+    }
+
+    fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+        match self {
+            Reader::Given(s) => s.read(name, ids, out),
+            Reader::CutLengths(c) => c.read(name, ids, out),
+            Reader::CutLoss(c) => c.read(name, ids, out),
+        }
+    }
+}
+
 /// The guards of a plan's lengths and loss tokens.
 pub struct Guards<'py> {
     lengths: Guard<'py>,
     loss_tokens: Option<Guard<'py>>,
+    max_length: Option<u64>,
 }
 
 impl<'py> Guards<'py> {
-    /// Borrows `tokens`' arrays (as given: no cut to a `max_length`).
+    /// Borrows `tokens`' arrays (read cut to their `max_length`).
     pub fn new(py: Python<'py>, tokens: &TokenArrays) -> PyResult<Guards<'py>> {
         let lengths = Guard::new(tokens.lengths.bind(py), "lengths")?;
         let loss_tokens = match &tokens.loss_tokens {
@@ -91,15 +124,30 @@ impl<'py> Guards<'py> {
         Ok(Guards {
             lengths,
             loss_tokens,
+            max_length: tokens.max_length,
         })
     }
 
-    /// The borrowed lengths and loss tokens.
-    pub fn slices(&self) -> PyResult<(Slice<'_>, Option<Slice<'_>>)> {
+    /// The lengths and loss tokens as the plan reads them (cut to its
+    /// `max_length`; loss tokens that are the lengths stay None).
+    pub fn readers(&self) -> PyResult<(Reader<'_>, Option<Reader<'_>>)> {
+        let lengths = self.lengths.slice()?;
         let loss = match &self.loss_tokens {
             Some(g) => Some(g.slice()?),
             None => None,
         };
-        Ok((self.lengths.slice()?, loss))
+        Ok(match self.max_length {
+            None => (Reader::Given(lengths), loss.map(Reader::Given)),
+            Some(cap) => (
+                Reader::CutLengths(CutLengths { lengths, cap }),
+                loss.map(|loss_tokens| {
+                    Reader::CutLoss(CutLoss {
+                        loss_tokens,
+                        lengths,
+                        cap,
+                    })
+                }),
+            ),
+        })
     }
 }

@@ -95,7 +95,7 @@ fn verify_token_epoch(
         steps: expected(vec![steps]).remove(0),
     };
     let guards = tokens.as_deref().map(|t| Guards::new(py, t)).transpose()?;
-    let slices = guards.as_ref().map(Guards::slices).transpose()?;
+    let slices = guards.as_ref().map(Guards::readers).transpose()?;
     let arrays = slices.as_ref().map(|(l, loss)| TokenArraysRef {
         lengths: l,
         loss_tokens: loss.as_ref().map(|x| x as _),

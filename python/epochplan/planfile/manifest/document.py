@@ -22,7 +22,11 @@ from epochplan._files import read_regular
 from epochplan._kinds import kind_value, plan_fields
 from epochplan._native import FORMAT_VERSION, PlanSpec
 from epochplan.planfile.errors import PlanError, plan_os_error
-from epochplan.planfile.manifest.tokens import TOKEN_PLAN_FILE_VERSION, TokenInfo
+from epochplan.planfile.manifest.tokens import (
+    CUT_PLAN_FILE_VERSION,
+    TOKEN_PLAN_FILE_VERSION,
+    TokenInfo,
+)
 from epochplan.planfile.space import SPACE_PLAN_FILE_VERSION, SpaceInfo
 
 __all__ = [
@@ -46,7 +50,8 @@ PLAN_FILE_FORMAT = "epochplan-plan"
 #: would serve its ids with the strided micro-batches and weights. A plan over
 #: an index space, with or without lengths, has version 4
 #: (``SPACE_PLAN_FILE_VERSION``): an older reader would take its ids for ids
-#: of ``range(num_samples)``.
+#: of ``range(num_samples)``. A token plan whose samples are cut has version 5
+#: (``CUT_PLAN_FILE_VERSION``).
 PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
@@ -130,6 +135,8 @@ class Manifest:
     @property
     def version(self) -> int:
         """The plan-file version of such a directory."""
+        if self.tokens is not None and self.tokens.max_length is not None:
+            return CUT_PLAN_FILE_VERSION
         if self.space is not None:
             return SPACE_PLAN_FILE_VERSION
         return PLAN_FILE_VERSION if self.tokens is None else TOKEN_PLAN_FILE_VERSION
@@ -189,17 +196,25 @@ class Manifest:
         if not isinstance(m, dict) or m.get("format") != PLAN_FILE_FORMAT:
             raise PlanError(f"{where}: not an epochplan plan manifest")
         version = m.get("plan_file_version")
-        versions = (PLAN_FILE_VERSION, TOKEN_PLAN_FILE_VERSION, SPACE_PLAN_FILE_VERSION)
+        versions = (
+            PLAN_FILE_VERSION,
+            TOKEN_PLAN_FILE_VERSION,
+            SPACE_PLAN_FILE_VERSION,
+            CUT_PLAN_FILE_VERSION,
+        )
         # type() too: JSON's 1.0 and true equal 1 in Python.
         if type(version) is not int or version not in versions:
             raise PlanError(
                 f"{where}: plan_file_version is {version!r}; this release reads "
-                f"version {PLAN_FILE_VERSION}, {TOKEN_PLAN_FILE_VERSION} for token plans and "
-                f"{SPACE_PLAN_FILE_VERSION} for plans over an index space"
+                f"version {PLAN_FILE_VERSION}, {TOKEN_PLAN_FILE_VERSION} for token plans, "
+                f"{SPACE_PLAN_FILE_VERSION} for plans over an index space and "
+                f"{CUT_PLAN_FILE_VERSION} for token plans whose samples are cut"
             )
-        has_space = version == SPACE_PLAN_FILE_VERSION
+        cut = version == CUT_PLAN_FILE_VERSION
+        # A cut plan says whether it is over a space by its 'space'.
+        has_space = version == SPACE_PLAN_FILE_VERSION or (cut and "space" in m)
         # A plan over a space says whether it has lengths by its 'tokens'.
-        has_tokens = version == TOKEN_PLAN_FILE_VERSION or (has_space and "tokens" in m)
+        has_tokens = version == TOKEN_PLAN_FILE_VERSION or cut or (has_space and "tokens" in m)
         if not has_tokens and ("tokens" in m or "token_files" in m):
             raise PlanError(
                 f"{where}: a version-{version} manifest without 'tokens' holds no token "
@@ -298,7 +313,7 @@ class Manifest:
             entries.append(FileEntry(**want, blake3=digest))
         tokens = None
         if has_tokens:
-            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts)
+            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts, cut)
             total_bytes = sum(f.bytes for f in entries) + sum(f.bytes for f in tokens.files)
         else:
             total_bytes = files_bytes(counts, len(epochs))

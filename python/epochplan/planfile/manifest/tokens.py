@@ -17,6 +17,7 @@ import epochplan._native as _native
 from epochplan.planfile.errors import PlanError
 
 __all__ = [
+    "CUT_PLAN_FILE_VERSION",
     "STEP_COLUMNS",
     "TOKEN_PLAN_FILE_VERSION",
     "ArraySource",
@@ -28,6 +29,11 @@ __all__ = [
 #: The plan-file version of a directory holding a token plan (a reader of
 #: version 2 would serve its ids with the strided micro-batches and weights).
 TOKEN_PLAN_FILE_VERSION = 3
+#: The plan-file version of a token plan whose samples are cut to a
+#: ``max_length`` (``oversize="truncate"``), over an index space or not: its
+#: files hold the cut lengths, which an older reader would compare with the
+#: uncut lengths file.
+CUT_PLAN_FILE_VERSION = 5
 #: The columns of ``steps.npy``, row-major: the step's loss tokens ``T_t``,
 #: its micro-batch count ``M`` (every rank's), the filler's id and length.
 STEP_COLUMNS = ("step_tokens", "micro_batches", "filler_id", "filler_length")
@@ -102,6 +108,8 @@ class TokenInfo:
     micro_batch_size: int | None
     max_tokens: int | None
     files: tuple[TokenFile, ...]
+    #: Samples longer are stored cut to it (``oversize="truncate"``), or None.
+    max_length: int | None = None
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -125,7 +133,7 @@ class TokenInfo:
             "loss_normalization": self.loss_normalization,
             "micro_batch_size": self.micro_batch_size,
             "max_tokens": self.max_tokens,
-        }
+        } | ({} if self.max_length is None else {"max_length": self.max_length})
 
     def file_list(self) -> list[dict[str, Any]]:
         """The ``token_files`` field of the manifest."""
@@ -140,10 +148,12 @@ class TokenInfo:
         world_size: int,
         num_steps: int,
         rank_counts: Sequence[int],
+        cut: bool = False,
     ) -> TokenInfo:
-        """Checks a version-3 manifest's ``tokens`` and ``token_files``
-        against the epochs, the world size, the step count and the rank
-        files' counts (``rank_counts``, epoch after epoch)."""
+        """Checks a token plan's ``tokens`` and ``token_files`` against the
+        epochs, the world size, the step count and the rank files' counts
+        (``rank_counts``, epoch after epoch); ``cut``: the manifest's version
+        is ``CUT_PLAN_FILE_VERSION`` (its tokens hold a ``max_length``)."""
         t = m.get("tokens")
         if not isinstance(t, dict):
             raise PlanError(f"{where}: a token plan's manifest needs a 'tokens' object")
@@ -174,7 +184,18 @@ class TokenInfo:
             caps.append(value)
         if caps == [None, None]:
             raise PlanError(f"{where}: tokens has neither 'micro_batch_size' nor 'max_tokens'")
-        info = cls(lengths, loss, cost, t["loss_normalization"], caps[0], caps[1], ())
+        max_length = t.get("max_length")
+        if cut != (max_length is not None):
+            raise PlanError(
+                f"{where}: tokens['max_length'] is {max_length!r}: plans whose samples are cut "
+                f"(and they alone) hold one, with plan_file_version {CUT_PLAN_FILE_VERSION}"
+            )
+        if max_length is not None and not (
+            type(max_length) is int and 1 <= max_length <= _native.MAX_SAMPLES
+        ):
+            raise PlanError(f"{where}: tokens['max_length'] is {max_length!r}, not an int >= 1")
+        norm = t["loss_normalization"]
+        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length)
         files = m.get("token_files")
         if not isinstance(files, list):
             raise PlanError(f"{where}: a token plan's manifest needs a 'token_files' list")
@@ -209,4 +230,4 @@ class TokenInfo:
             if not (isinstance(digest, str) and len(digest) == 64):
                 raise PlanError(f"{where}: token_files[{k}] has no valid 'blake3' checksum")
             entries.append(TokenFile(**expected, blake3=digest))  # type: ignore[arg-type]
-        return cls(lengths, loss, cost, info.loss_normalization, caps[0], caps[1], tuple(entries))
+        return cls(lengths, loss, cost, norm, caps[0], caps[1], tuple(entries), max_length)

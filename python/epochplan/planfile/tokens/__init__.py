@@ -17,6 +17,7 @@ each a 1-d little-endian int64 ``.npy`` file::
 """
 
 from epochplan.planfile.manifest.tokens import (
+    CUT_PLAN_FILE_VERSION,
     STEP_COLUMNS,
     TOKEN_PLAN_FILE_VERSION,
     ArraySource,
@@ -26,6 +27,7 @@ from epochplan.planfile.manifest.tokens import (
 )
 
 __all__ = [
+    "CUT_PLAN_FILE_VERSION",
     "STEP_COLUMNS",
     "TOKEN_PLAN_FILE_VERSION",
     "ArraySource",

@@ -59,7 +59,13 @@ def _token_spec(d: PlanDirectory, file_lengths: Any, file_loss: Any) -> PlanSpec
     info = d.tokens
     assert info is not None
     cost = info.cost if isinstance(info.cost, str) else (info.cost[0], info.cost[1])
-    tokens = Tokens(file_lengths, file_loss, cost=cost, loss_normalization=info.loss_normalization)
+    tokens = Tokens(
+        file_lengths,
+        file_loss,
+        cost=cost,
+        loss_normalization=info.loss_normalization,
+        max_length=info.max_length,
+    )
     return d.spec.replace(tokens=tokens)
 
 

@@ -13,6 +13,7 @@
 //! - [`Oversize::Skip`]: the samples leave the plan's index space, so no
 //!   step holds them and no weight or `step_tokens` counts them.
 
+use crate::dealing::SampleLengths;
 use crate::error::{Error, Result};
 
 /// How many oversize samples an error names (all are counted).
@@ -171,9 +172,84 @@ pub fn truncated(length: u64, loss_tokens: u64, max_tokens: u64) -> (u64, u64) {
     }
 }
 
+/// Lengths read cut to `cap` tokens ([`truncated`]): what a plan that cuts
+/// its samples (`oversize="truncate"`) deals, caps and stores.
+#[derive(Debug, Clone, Copy)]
+pub struct CutLengths<L> {
+    /// The lengths as given.
+    pub lengths: L,
+    /// The most tokens a sample keeps.
+    pub cap: u64,
+}
+
+impl<L: SampleLengths> SampleLengths for CutLengths<L> {
+    fn num_samples(&self) -> u64 {
+        self.lengths.num_samples()
+    }
+
+    fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+        let start = out.len();
+        self.lengths.read(name, ids, out)?;
+        out[start..]
+            .iter_mut()
+            .for_each(|l| *l = (*l).min(self.cap));
+        Ok(())
+    }
+}
+
+/// Loss tokens of samples cut to `cap` tokens ([`truncated`]: a sample
+/// loses its last tokens, each a loss token while any are left).
+#[derive(Debug, Clone, Copy)]
+pub struct CutLoss<L, M> {
+    /// The loss tokens as given.
+    pub loss_tokens: L,
+    /// The lengths as given.
+    pub lengths: M,
+    /// The most tokens a sample keeps.
+    pub cap: u64,
+}
+
+impl<L: SampleLengths, M: SampleLengths> SampleLengths for CutLoss<L, M> {
+    fn num_samples(&self) -> u64 {
+        self.loss_tokens.num_samples()
+    }
+
+    fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
+        let start = out.len();
+        self.loss_tokens.read(name, ids, out)?;
+        let mut lengths = Vec::new();
+        self.lengths.read("lengths", ids, &mut lengths)?;
+        for (loss, &length) in out[start..].iter_mut().zip(&lengths) {
+            *loss = truncated(length, *loss, self.cap).1;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_readers_cut_as_truncated_does() {
+        let lengths: &[u32] = &[3, 10, 7, 12];
+        let loss: &[u32] = &[2, 9, 7, 1];
+        let cut = CutLengths { lengths, cap: 7 };
+        let cut_loss = CutLoss {
+            loss_tokens: loss,
+            lengths,
+            cap: 7,
+        };
+        let (mut got, mut got_loss) = (vec![99], vec![99]);
+        cut.read("lengths", &[3, 0, 1, 2], &mut got).unwrap();
+        cut_loss
+            .read("loss_tokens", &[3, 0, 1, 2], &mut got_loss)
+            .unwrap();
+        assert_eq!(got, [99, 7, 3, 7, 7]);
+        // 12 -> 7 loses 5 tokens (1 loss token left: 0); 10 -> 7 loses 3 of 9.
+        assert_eq!(got_loss, [99, 0, 2, 6, 7]);
+        assert_eq!((cut.num_samples(), cut_loss.num_samples()), (4, 4));
+    }
 
     fn scan(lengths: &[u64], cap: u64, chunk: usize) -> OversizeReport {
         let mut scan = OversizeScan::new(cap).unwrap();
