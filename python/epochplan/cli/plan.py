@@ -154,9 +154,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--oversize",
-        choices=("error", "skip"),
+        choices=("error", "truncate", "skip"),
         default="error",
-        help="a sample longer than --max-tokens: refuse the plan (default) or leave it out",
+        help="a sample longer than --max-tokens: refuse the plan (default), cut it to the "
+        "cap, or leave it out",
     )
     p.add_argument(
         "--force", action="store_true", help="replace DIR if it is an existing plan directory"
