@@ -494,3 +494,21 @@ def test_cli_writes_and_verifies_a_token_plan(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode != 0 and "--max-tokens needs --lengths" in bad.stderr
+
+
+def test_cli_cuts_the_samples_over_the_cap_with_oversize_truncate(tmp_path: Path) -> None:
+    lengths = np.random.default_rng(3).integers(1, 90, 300).astype(np.int32)
+    path = _lengths(tmp_path, lengths)
+    out = tmp_path / "p"
+    args = ["plan", "-n", "300", "-g", "32", "-w", "3", "--out", str(out), "--lengths", str(path)]
+    args += ["--max-tokens", "40", "--oversize", "truncate"]
+    done = subprocess.run(
+        [sys.executable, "-m", "epochplan.cli", *args], capture_output=True, text=True, check=True
+    )
+    assert "every id as planned" in done.stdout
+    d = open_plan(out)
+    assert d.manifest["plan_file_version"] == 5 and d.tokens is not None
+    assert d.tokens.max_length == 40
+    stored = d.open_token_file(0, 2, "lengths")
+    ids = d.rank_ids(0, 2)
+    assert stored.read(0, len(ids)).tolist() == np.minimum(lengths[ids], 40).tolist()
