@@ -9,7 +9,11 @@ from typing import Any
 
 from epochplan._native import Chunked, PlanSpec
 
-__all__ = ["kind_value", "plan_fields"]
+__all__ = ["KIND_FIELDS", "kind_value", "plan_fields"]
+
+#: The fields a kind's own parameters are written under, beside its name
+#: (the state dict's keys, as the native module records them).
+KIND_FIELDS = ("chunk_size", "preload_nchunks")
 
 
 def kind_value(name: str, chunk_size: Any = None, preload_nchunks: Any = None) -> str | Chunked:
@@ -40,6 +44,5 @@ def plan_fields(spec: PlanSpec) -> dict[str, Any]:
     }
     if isinstance(kind, Chunked):
         fields["kind"] = "chunked"
-        fields["chunk_size"] = kind.chunk_size
-        fields["preload_nchunks"] = kind.preload_nchunks
+        fields.update({name: getattr(kind, name) for name in KIND_FIELDS})
     return fields

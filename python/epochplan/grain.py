@@ -29,6 +29,7 @@ from grain import MapDataset, RecordMetadata
 from grain.sharding import ShardOptions
 
 from epochplan._args import int_arg
+from epochplan._kinds import KIND_FIELDS, plan_fields
 from epochplan._native import EpochPlan, MixtureEpoch
 
 __all__ = ["EpochPlanSampler", "Slot", "map_dataset"]
@@ -150,9 +151,8 @@ class _ShardLayout:
 
     def params(self) -> str:
         p = self.plan
-        extra = ""
-        if p.kind == "chunked":
-            extra = f", chunk_size={p.chunk_size}, preload_nchunks={p.preload_nchunks}"
+        fields = plan_fields(p.spec)
+        extra = "".join(f", {k}={fields[k]}" for k in KIND_FIELDS if fields[k] is not None)
         # Grain's checkpoints are matched by the sampler's repr: it names
         # everything the records depend on, the space's digest included.
         space = self._state.get("space")

@@ -52,12 +52,9 @@ pub fn order_args(
 ///     epoch: the epoch (int in [0, 2**64 - 1]). Every (seed, epoch) pair
 ///         keys its own order, unrelated to the others.
 ///     kind: "cipher" (keyed format-preserving encryption), "uniform" (an
-///         exactly uniform shuffle, held in memory), "chunked" (chunks in
-///         cipher order, samples shuffled within windows of
-///         ``preload_nchunks`` chunks) or "identity".
-///     chunk_size: samples per chunk (kind="chunked" only).
-///     preload_nchunks: consecutive chunks shuffled together (kind="chunked"
-///         only; 1 when not given).
+///         exactly uniform shuffle, held in memory), "identity", or a
+///         :class:`Chunked` (chunks in cipher order, samples shuffled
+///         within windows of ``preload_nchunks`` chunks).
 ///
 /// Raises:
 ///     TypeError: an argument of the wrong type (None too, for seed, epoch
@@ -166,13 +163,13 @@ impl Permutation {
     /// Samples per chunk (kind="chunked"), else None.
     #[getter]
     fn chunk_size(&self) -> Option<u64> {
-        kind_params(self.order.kind()).0
+        kind_params(self.order.kind())[0]
     }
 
     /// Consecutive chunks shuffled together (kind="chunked"), else None.
     #[getter]
     fn preload_nchunks(&self) -> Option<u64> {
-        kind_params(self.order.kind()).1
+        kind_params(self.order.kind())[1]
     }
 
     fn __len__(&self) -> usize {

@@ -433,13 +433,13 @@ impl EpochPlan {
     /// Samples per chunk (kind="chunked"), else None.
     #[getter]
     fn chunk_size(&self) -> Option<u64> {
-        kind_params(self.kind).0
+        kind_params(self.kind)[0]
     }
 
     /// Consecutive chunks shuffled together (kind="chunked"), else None.
     #[getter]
     fn preload_nchunks(&self) -> Option<u64> {
-        kind_params(self.kind).1
+        kind_params(self.kind)[1]
     }
 
     /// Rank `rank`'s sample ids in step `step` (int64 array); as

@@ -6,7 +6,7 @@
 mod kind;
 mod tokens;
 
-pub use kind::{kind_object, kind_of_state, kind_params, kind_value, Chunked};
+pub use kind::{kind_object, kind_of_state, kind_params, kind_value, Chunked, KIND_KEYS};
 pub use tokens::{normalization_name, oversize_arg, Tokens};
 
 use crate::args::{bool_arg, int_arg, Keyword, MAX_I64, MAX_U64};

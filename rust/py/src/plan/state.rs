@@ -4,23 +4,22 @@ use super::space::Given;
 use super::EpochPlan;
 use crate::args::{bool_arg, int_arg, opt_int_arg, str_arg, Keyword, MAX_I64, MAX_U64};
 use crate::lengths::cost_value;
-use crate::spec::{kind_object, kind_of_state, kind_params, PlanSpec, Tokens};
+use crate::spec::{kind_object, kind_of_state, kind_params, PlanSpec, Tokens, KIND_KEYS};
 use epochplan_core::dealing::Dealing;
 use epochplan_core::FORMAT_VERSION;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The keys of a state dict, in order.
-const STATE_KEYS: [&str; 10] = [
+/// The keys of a state dict, but the kind's own parameters ([`KIND_KEYS`],
+/// which follow "kind").
+const STATE_KEYS: [&str; 8] = [
     "format_version",
     "num_samples",
     "global_batch_size",
     "seed",
     "epoch",
     "kind",
-    "chunk_size",
-    "preload_nchunks",
     "drop_last",
     "cursor",
 ];
@@ -42,15 +41,15 @@ const TOKEN_KEYS: [&str; 4] = [
 /// The constant-size, world-size independent state (JSON-serialisable).
 pub(super) fn to_dict<'py>(plan: &EpochPlan, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let (chunk, preload_nchunks) = kind_params(plan.kind);
     d.set_item("format_version", FORMAT_VERSION)?;
     d.set_item("num_samples", plan.layout.num_samples())?;
     d.set_item("global_batch_size", plan.layout.global_batch_size())?;
     d.set_item("seed", plan.seed)?;
     d.set_item("epoch", plan.epoch)?;
     d.set_item("kind", plan.kind.name())?;
-    d.set_item("chunk_size", chunk)?;
-    d.set_item("preload_nchunks", preload_nchunks)?;
+    for (key, value) in KIND_KEYS.iter().zip(kind_params(plan.kind)) {
+        d.set_item(key, value)?;
+    }
     d.set_item("drop_last", plan.layout.drop_last())?;
     d.set_item("cursor", plan.layout.cursor())?;
     if let Some(space) = plan.space.state(py)? {
@@ -96,6 +95,7 @@ pub(super) fn from_dict(
         // A cut (`max_length`) belongs to a token plan's state only.
         let cut = k == MAX_LENGTH_KEY && d.contains("lengths_digest").unwrap_or(false);
         let known = STATE_KEYS.contains(&k.as_str())
+            || KIND_KEYS.contains(&k.as_str())
             || TOKEN_KEYS.contains(&k.as_str())
             || k == SPACE_KEY
             || cut;
@@ -105,8 +105,8 @@ pub(super) fn from_dict(
             )));
         }
     }
-    for k in STATE_KEYS {
-        if !d.contains(k)? {
+    for k in STATE_KEYS.iter().chain(&KIND_KEYS) {
+        if !d.contains(*k)? {
             return Err(PyValueError::new_err(format!(
                 "{label} is missing the key {k:?}"
             )));
@@ -138,8 +138,9 @@ pub(super) fn from_dict(
     ] {
         int_arg(&get(k)?, &format!("{label}['{k}']"), lo, hi)?;
     }
-    for k in ["chunk_size", "preload_nchunks"] {
-        opt_int_arg(Some(&get(k)?), &format!("{label}['{k}']"), 1, MAX_I64)?;
+    let mut params = [None; KIND_KEYS.len()];
+    for (param, k) in params.iter_mut().zip(KIND_KEYS) {
+        *param = opt_int_arg(Some(&get(k)?), &format!("{label}['{k}']"), 1, MAX_I64)?;
     }
     str_arg(&get("kind")?, &format!("{label}['kind']"))?;
     bool_arg(&get("drop_last")?, &format!("{label}['drop_last']"))?;
@@ -174,13 +175,6 @@ pub(super) fn from_dict(
         (None, None)
     };
     let given = |k: &str| get(k).map(Keyword::Given);
-    let chunk_size = opt_int_arg(Some(&get("chunk_size")?), "chunk_size", 1, MAX_I64)?;
-    let preload_nchunks = opt_int_arg(
-        Some(&get("preload_nchunks")?),
-        "preload_nchunks",
-        1,
-        MAX_I64,
-    )?;
     // What the constructor checks across keys (the kind's name, a cursor
     // off the step boundaries) says it is about the state.
     let in_state = |e: PyErr| PyErr::from_type(e.get_type(py), format!("{label}: {}", e.value(py)));
@@ -233,7 +227,7 @@ pub(super) fn from_dict(
         (None, None) => (Given::parse(&get("num_samples")?)?, None),
     };
     let build = || -> PyResult<Py<EpochPlan>> {
-        let kind = kind_of_state(&get("kind")?, chunk_size, preload_nchunks)?;
+        let kind = kind_of_state(&get("kind")?, params)?;
         let tokens = match lengths {
             Some(lengths) => {
                 let kwargs = PyDict::new(py);

@@ -126,23 +126,25 @@ pub fn kind_object(py: Python<'_>, kind: Kind) -> PyResult<Py<PyAny>> {
     })
 }
 
-/// The chunked parameters of a kind, for reprs and states.
-pub fn kind_params(kind: Kind) -> (Option<u64>, Option<u64>) {
+/// The keys a plan's state (and a spec's JSON) records a kind's own
+/// parameters under, beside its name: the one list of them.
+pub const KIND_KEYS: [&str; 2] = ["chunk_size", "preload_nchunks"];
+
+/// A kind's own parameters, in the order of [`KIND_KEYS`] (None for a kind
+/// without them).
+pub fn kind_params(kind: Kind) -> [Option<u64>; 2] {
     match kind {
         Kind::Chunked {
             chunk_size,
             preload_nchunks,
-        } => (Some(chunk_size), Some(preload_nchunks)),
-        _ => (None, None),
+        } => [Some(chunk_size), Some(preload_nchunks)],
+        _ => [None, None],
     }
 }
 
-/// A state's kind (its name and chunked parameters, as `state_dict` records
-/// them) as a core kind.
-pub fn kind_of_state(
-    name: &Bound<'_, PyAny>,
-    chunk_size: Option<u64>,
-    preload_nchunks: Option<u64>,
-) -> PyResult<Kind> {
+/// A state's kind (its name and its parameters under [`KIND_KEYS`], as
+/// `state_dict` records them) as a core kind.
+pub fn kind_of_state(name: &Bound<'_, PyAny>, params: [Option<u64>; 2]) -> PyResult<Kind> {
+    let [chunk_size, preload_nchunks] = params;
     Kind::parse(&str_arg(name, "kind")?, chunk_size, preload_nchunks).py()
 }
