@@ -18,7 +18,9 @@ the clock starts, so its peak RSS delta (peak resident memory during the
 calls minus resident memory before them) is its own. Prints a Markdown
 table: wall time and CPU time (user + system, all threads) medians, the
 ratio of Megatron's median over ours for each, and whether the outputs are
-byte-identical (sha256 of every output array).
+byte-identical (sha256 of every output array). ``--results FILE`` writes the
+table's rows (every run's times, too) and the run's context (machine,
+command, load) for ``benches/render_performance.py``.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from epochplan.bench.results import Tables
 
 
 def _rss_kib(field: str) -> int:
@@ -150,11 +155,23 @@ def main() -> None:
     p.add_argument("--sources", type=int, default=128, help="sources of the blend case")
     p.add_argument("--blend-samples", default="1e7")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--results", type=Path, help="write the table's rows and the run's context (JSON)"
+    )
     p.add_argument("--child", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         child(a.child[0], a.child[1], a)
         return
+    tables = Tables(a.results, __file__, sys.argv[1:])
+    tables.parameters = {
+        "docs": int(float(a.docs)),
+        "seq_length": a.seq_length,
+        "sources": a.sources,
+        "blend_samples": int(float(a.blend_samples)),
+        "repeats": a.repeats,
+        "megatron_core": _megatron_version(),
+    }
     print(f"median of {a.repeats} runs, {os.cpu_count()} CPUs, megatron-core 0.16.1\n")
     print(
         "| case | implementation | wall time | ratio | CPU time | CPU ratio "
@@ -179,7 +196,33 @@ def main() -> None:
                 f"| {label} | {name} | {wall:.3f} s | {wall_ref / wall:.1f}x | {cpu:.3f} s | "
                 f"{cpu_ref / cpu:.1f}x | {mib:,.0f} MiB | {'yes' if same else 'NO'} |"
             )
+            tables.add(
+                "indices",
+                {
+                    "case": case,
+                    "label": label,
+                    "implementation": impl,
+                    "wall_s": wall,
+                    "wall_ratio": wall_ref / wall,
+                    "cpu_s": cpu,
+                    "cpu_ratio": cpu_ref / cpu,
+                    "peak_mib": mib,
+                    "identical": same,
+                    "times": r["times"],
+                    "cpu": r["cpu"],
+                },
+            )
     print(f"\nload average: {os.getloadavg()[0]:.2f} (1 min)")
+    tables.save()
+
+
+def _megatron_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("megatron-core")
+    except PackageNotFoundError:
+        return "not installed"
 
 
 if __name__ == "__main__":

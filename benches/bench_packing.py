@@ -4,6 +4,7 @@
     pip install '.[bench]' && pip install --no-deps axolotl==0.19.0 verl==0.9.1 && pip install numba
     python benches/bench_packing.py                 # N = 10^7, W = 8, cap 16384
     python benches/bench_packing.py --tiny --json out.json
+    python benches/bench_packing.py --results packing.json  # rows and context
 
 Lengths: ``--n`` int32 lognormal lengths (median 819 = 16384 / 20, sigma 1,
 no upper clip: about 0.13% are longer than the cap), the same array for
@@ -33,6 +34,8 @@ whether every rank has the same number of micro-batches in every step, and
 the time to pack. Then, at ``--w-n`` samples, whether the global batches
 (each step's set of samples, over all ranks) are identical for W in {1, 2,
 3, 7, 8, 64}; then one rank's epoch (rank 3 of 8) at ``--big`` samples.
+``--results FILE`` writes each part's rows and the run's context (machine,
+command, load) for ``benches/render_performance.py``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from epochplan.bench.results import Tables
 
 CAP = 16384
 G = 1024
@@ -331,7 +336,11 @@ def main() -> None:
     )
     parser.add_argument("--tiny", action="store_true", help="small sizes (the test's)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--results", type=Path, help="write each part's rows and the run's context (JSON)"
+    )
     opts = parser.parse_args()
+    results = Tables(opts.results, __file__, sys.argv[1:])
     if opts.tiny:
         opts.n, opts.w_n, opts.big, opts.verl_steps = 2e5, 5e4, 4e5, 5
     n, w_n, big = int(opts.n), int(opts.w_n), int(opts.big)
@@ -363,6 +372,50 @@ def main() -> None:
     report["load_average_end"] = os.getloadavg()
     if opts.json is not None:
         opts.json.write_text(json.dumps(report, indent=1, default=str))
+    results.parameters = {
+        "n": n, "w_n": w_n, "big": big, "cap": CAP, "global_batch_size": G,
+        "verl_steps": opts.verl_steps, "axolotl": axolotl_info, "verl": verl_info,
+    }  # fmt: skip
+    add_tables(report, results)
+    results.save()
+
+
+def add_tables(report: dict[str, Any], results: Tables) -> None:
+    """The rows of each part the run measured (its report's), as tables."""
+    if "epochplan" in report:
+        sides = (
+            ("epochplan", report["epochplan"], ""),
+            ("axolotl", report.get("axolotl_run"), report["axolotl"]),
+            ("verl", report.get("verl_run"), report["verl"]),
+        )
+        for side, run, missing in sides:
+            row = {"side": side, **run} if run is not None else {"side": side, "skipped": missing}
+            results.add("packing", {"over_cap_samples": report["over_cap_samples"], **row})
+    if "worlds" in report:
+        worlds = dict(report["worlds"])
+        w_n = worlds.pop("n")
+        uncut = report.get("axolotl_raw_over_cap")
+        for w, row in worlds.items():
+            out: dict[str, Any] = {"n": w_n, "W": int(w)}
+            out["epochplan_same"], out["epochplan_steps"], out["reference_steps"] = row["epochplan"]
+            if "axolotl" in row:
+                same, steps, reference = row["axolotl"]
+                out.update(axolotl_same=same, axolotl_steps=steps, axolotl_reference=reference)
+                out["axolotl_dropped"] = row["axolotl_dropped"]
+            results.add("worlds", out)
+        if uncut is not None:
+            results.add("uncut", {"n": w_n, "axolotl_bins_over_cap": uncut[0],
+                                  "samples_over_cap": uncut[1]})  # fmt: skip
+    if "one_rank" in report:
+        results.add("one_rank", dict(report["one_rank"]))
+    if "schedule" in report:
+        schedule = report["schedule"]
+        for side in ("epochplan", "megatron_rebuild"):
+            results.add(
+                "schedule",
+                {"side": side, "sizes": schedule["sizes"], "epoch_len": schedule["epoch_len"],
+                 **schedule[side]},
+            )  # fmt: skip
 
 
 def packing_part(

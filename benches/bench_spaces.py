@@ -2,6 +2,7 @@
 
     python benches/bench_spaces.py [--sizes 10000000 100000000 1000000000]
         [--world-size 8] [--global-batch-size 4096] [--repeats 3] [--json FILE]
+        [--results FILE]
 
 For a store of N samples, every space selects 0.9 N of them: ranges
 ``[0, 0.4 N) + [0.5 N, N)``, a mask (``i % 10 != 3``), the same ids as an
@@ -29,7 +30,8 @@ output itself (the space is built before). At 10^9 only ranges and random
 split parts and the mixture (of sizes) run: the other spaces need O(N)
 arrays to be built, torch's sampler a list of N Python ints and Streaming's
 epoch several int64 arrays of N (a skip line says so). Prints a Markdown
-table.
+table; ``--results FILE`` writes its rows and the run's context (machine,
+command, load) for ``benches/render_performance.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+from epochplan.bench.results import Tables
 
 CASE = """
 import json, resource, time
@@ -144,8 +149,19 @@ def main() -> None:
         help="from this N on, run only the spaces built without O(N) arrays",
     )
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument(
+        "--results", type=Path, help="write the table's rows and the run's context (JSON)"
+    )
     args = parser.parse_args()
     g, w = args.global_batch_size, args.world_size
+    results = Tables(args.results, __file__, sys.argv[1:])
+    results.parameters = {
+        "world_size": w,
+        "global_batch_size": g,
+        "repeats": args.repeats,
+        "calls": args.calls,
+        "large_n": args.large_n,
+    }
     print(
         f"One rank's share (rank 0 of {w}, G = {g}), median of {args.repeats} processes, "
         f"best of {args.calls} calls each\n\n"
@@ -175,14 +191,16 @@ def main() -> None:
                 r["ratio"] = r["seconds"] / plain["seconds"]
             r.update(n=n, space=kind)
             rows.append(r)
+            results.add("spaces", {"n": n, "space": kind, "ratio": None, **r})
             print(row_line(n, kind, r), flush=True)
         if skipped:
-            print(
-                f"| {n:.0e} | skipped: {', '.join(skipped)} | | | | | building them takes "
-                "O(N) arrays (N bytes to 8 N, N Python ints for torch, several arrays "
-                "of 8 N bytes for Streaming) |",
-                flush=True,
+            why = (
+                "building them takes O(N) arrays (N bytes to 8 N, N Python ints for torch, "
+                "several arrays of 8 N bytes for Streaming)"
             )
+            print(f"| {n:.0e} | skipped: {', '.join(skipped)} | | | | | {why} |", flush=True)
+            results.add("spaces", {"n": n, "skipped": skipped, "reason": why})
+    results.save()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"world_size": w, "global_batch_size": g, "rows": rows}, f, indent=1)

@@ -10,7 +10,9 @@ rank reads only its own files, front to back. Both are timed with the
 lengths file's pages dropped from the page cache first
 (``posix_fadvise(DONTNEED)``, as when the file sits on shared storage and a
 rank has not read it yet) and again warm; the bytes each path reads are
-counted from the files' sizes and the pages the ids touch.
+counted from the files' sizes and the pages the ids touch. ``--results
+FILE`` writes the rows and the run's context (machine, command, load) for
+``benches/render_performance.py``.
 
     python benches/bench_token_files.py --sizes 1e6 1e7 --world-size 8
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import epochplan as ep
+from epochplan.bench.results import Tables
 from epochplan.planfile import write_plan
 from epochplan.planfile.manifest import rank_file_name
 from epochplan.torch import PlanSampler
@@ -73,8 +77,13 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=16384)
     parser.add_argument("--dir", type=Path, default=None, help="where the files go (a disk)")
+    parser.add_argument(
+        "--results", type=Path, help="write the table's rows and the run's context (JSON)"
+    )
     args = parser.parse_args()
     g, w, cap = args.global_batch_size, args.world_size, args.max_tokens
+    results = Tables(args.results, __file__, sys.argv[1:])
+    results.parameters = {"global_batch_size": g, "world_size": w, "max_tokens": cap}
     print(f"G={g} W={w} max_tokens={cap}; one rank's epoch; lengths int32, lognormal")
     print(
         f"{'N':>12} {'path':>10} {'cold s':>8} {'warm s':>8} "
@@ -105,6 +114,11 @@ def main() -> None:
             cold, count = in_memory_epoch(lengths_path, n, g, w, cap)
             warm, _ = in_memory_epoch(lengths_path, n, g, w, cap)
             print(f"{n:>12} {'by id':>10} {cold:>8.3f} {warm:>8.3f} {pages * PAGE:>30} {'-':>17}")
+            results.add(
+                "paths",
+                {"n": n, "path": "by id", "cold_s": cold, "warm_s": warm,
+                 "lengths_bytes": pages * PAGE, "plan_bytes": None},
+            )  # fmt: skip
             drop_dir(plan_dir)
             cold_f, count_f = file_epoch(plan_dir, w)
             warm_f, _ = file_epoch(plan_dir, w)
@@ -112,6 +126,12 @@ def main() -> None:
             print(
                 f"{n:>12} {'plan file':>10} {cold_f:>8.3f} {warm_f:>8.3f} {0:>30} {rank_bytes:>17}"
             )
+            results.add(
+                "paths",
+                {"n": n, "path": "plan file", "cold_s": cold_f, "warm_s": warm_f,
+                 "lengths_bytes": 0, "plan_bytes": rank_bytes},
+            )  # fmt: skip
+    results.save()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ as page cache, up to the file's size). The
 token plan's ratios are against the plain plan of the same N. The lengths
 file is written a chunk at a time, and every output is deleted after its
 run; a size whose files would not fit on the disk of ``--dir`` is skipped
-with the reason printed.
+with the reason printed. ``--results FILE`` writes the rows and the run's
+context (machine, command, load) for ``benches/render_performance.py``.
 
     python benches/bench_token_plans.py --sizes 1e8 1e9 --dir /var/tmp
 """
@@ -34,6 +35,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from epochplan.bench.results import Tables
 
 G, W = 1024, 8
 
@@ -109,8 +112,13 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e8, 1e9])
     parser.add_argument("--max-tokens", type=int, default=32768)
     parser.add_argument("--dir", type=Path, default=None, help="where the files go (a disk)")
+    parser.add_argument(
+        "--results", type=Path, help="write the table's rows and the run's context (JSON)"
+    )
     args = parser.parse_args()
     cap = args.max_tokens
+    results = Tables(args.results, __file__, sys.argv[1:])
+    results.parameters = {"global_batch_size": G, "world_size": W, "max_tokens": cap}
     print(f"G={G} W={W} max_tokens={cap}; lengths int32, lognormal; write + verify per process")
     print(
         f"{'N':>14} {'plan':>6} {'write s':>8} {'verify s':>9} {'wall s':>8} "
@@ -125,10 +133,12 @@ def main() -> None:
             need = int(n * (4 + 16) * 1.1)
             free = shutil.disk_usage(root).free
             if need > free:
-                print(
-                    f"{n:>14} skipped: its lengths and token plan need {need / 1e9:.1f} GB "
+                why = (
+                    f"its lengths and token plan need {need / 1e9:.1f} GB "
                     f"on {root}, {free / 1e9:.1f} GB are free"
                 )
+                print(f"{n:>14} skipped: {why}")
+                results.add("plans", {"n": n, "skipped": why})
                 continue
             lengths = root / "lengths.npy"
             write_lengths(lengths, n, cap)
@@ -147,6 +157,13 @@ def main() -> None:
                     f"{r['wall']:>8.1f} {r['rss']:>12.0f} {r['anon']:>13.0f} "
                     f"{ratio:>12.2f}x {rss_ratio:>11.2f}x"
                 )
+                results.add(
+                    "plans",
+                    {"n": n, "plan": name, "write_s": r["write"], "verify_s": r["verify"],
+                     "wall_s": r["wall"], "rss_mb": r["rss"], "anon_mb": r["anon"],
+                     "wall_ratio": ratio, "rss_ratio": rss_ratio},
+                )  # fmt: skip
+    results.save()
 
 
 if __name__ == "__main__":

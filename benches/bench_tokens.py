@@ -4,6 +4,10 @@ whole epoch of micro-batches from memory-mapped lengths.
     python benches/bench_tokens.py                       # both parts
     python benches/bench_tokens.py --part dealing        # or --part epoch
     python benches/bench_tokens.py --tiny --json out.json  # the test's sizes
+    python benches/bench_tokens.py --results tokens.json   # rows and context
+
+``--results FILE`` writes the rows of every table printed and the run's
+context (machine, command, load) for ``benches/render_performance.py``.
 
 **Dealing** (``--part dealing``): for each length distribution, global batch
 size G and world size W, the same steps' samples are dealt by both sides,
@@ -53,10 +57,12 @@ reason when the disk or memory is short) for ``--big-steps`` steps, the
 epoch's time extrapolated from them, or the whole epoch with ``--big-full``
 (then also a row after ``--big-steps``); and N = 10^9 from a cold page cache
 for ``--cold-steps`` steps. Warm: the file is in the page cache (it was just
-written). Cold: its pages are dropped from the cache first
-(``posix_fadvise(DONTNEED)``) and the map is advised ``MADV_RANDOM``, so
+written). Cold: its pages are written back and dropped from the cache first
+(``fsync``, ``posix_fadvise(DONTNEED)``) and the map is advised ``MADV_RANDOM``, so
 every length read is one 4 KiB page read from disk: what a rank pays per
-step when the lengths are not cached. Peak RSS is the child's ``ru_maxrss``;
+step when the lengths are not cached. The ``micro_batches`` call, which reads
+every length once (the check for samples over the cap), is timed with the
+iterator. Peak RSS is the child's ``ru_maxrss``;
 it counts the file's pages mapped by the reads (one page per length read, or
 a whole large folio when the kernel caches the file in those), which are
 page cache, shared and reclaimable. The anonymous RSS (``RssAnon``) is the
@@ -81,6 +87,7 @@ from typing import Any
 import numpy as np
 
 from epochplan._system import available_memory
+from epochplan.bench.results import Tables
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -319,6 +326,9 @@ def epoch_child(
 
     if cold:
         fd = os.open(path, os.O_RDONLY)
+        # Written back first: the page cache keeps dirty pages on DONTNEED
+        # (a file just written would then be read from memory).
+        os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
     base = rss_bytes()
@@ -331,9 +341,11 @@ def epoch_child(
     total = plan.num_steps if steps == 0 else min(steps, plan.num_steps)
     micro, samples, done, largest = 0, 0, 0, 0
     checkpoint: dict[str, Any] = {}
-    # Only the iterator's own work is timed, not the checks of what it yields.
-    seconds = 0.0
+    # The call (which reads every length once, for samples over the cap) and
+    # the iterator's own work are timed, not the checks of what it yields.
+    start = time.perf_counter()
     steps_iter = iter(plan.micro_batches(rank, w, max_tokens=cap))
+    first_call = seconds = time.perf_counter() - start
     while done < total:
         start = time.perf_counter()
         batches = next(steps_iter)
@@ -353,6 +365,7 @@ def epoch_child(
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = {
         "setup_s": setup,
+        "first_call_s": first_call,
         "seconds": seconds,
         "steps": done,
         "num_steps": plan.num_steps,
@@ -380,6 +393,10 @@ def speedup(ratio: float) -> str:
     return f"{ratio:.0f}x" if ratio >= 9.5 else f"{ratio:.2g}x"
 
 
+#: What the balance table reports of each side of a dealing case.
+BALANCE_KEYS = ("max_over_mean", "waste", "largest_mb", "mb_min", "mb_max", "mb_rank_gap")
+
+
 def dealing_row(mine: dict[str, Any], other: dict[str, Any]) -> list[str]:
     """One row's cells: epochplan's result for a (distribution, G, W), verl's
     (or why it was skipped)."""
@@ -403,11 +420,14 @@ def dealing_row(mine: dict[str, Any], other: dict[str, Any]) -> list[str]:
     return cells
 
 
-def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
+def dealing(opts: argparse.Namespace, report: dict[str, Any], results: Tables) -> None:
     size = TINY if opts.tiny else FULL
     gs = opts.gs or ",".join(str(g) for g in size["gs"])
     ws = opts.ws or ",".join(str(w) for w in size["ws"])
     verl, verl_info = find_verl()
+    results.parameters.update(
+        cap=size["cap"], max_len=size["max_len"], steps=opts.steps, verl=verl_info
+    )
     print(
         f"Per-step dealing: epochplan against {verl_info}; max_tokens = {size['cap']}, "
         f"lengths in [1, {size['max_len']}]; median of {opts.steps} steps; {loadavg()}"
@@ -427,6 +447,18 @@ def dealing(opts: argparse.Namespace, report: dict[str, Any]) -> None:
         rows.extend(t for t in theirs if "impl" in t)
         for mine, other in zip(ours, theirs, strict=True):
             table.append(dealing_row(mine, other))
+            case = {"lengths": mine["dist"], "G": mine["G"], "W": mine["W"]}
+            for name, keys in (
+                ("dealing_time", ("per_rank_s", "all_ranks_s")),
+                ("dealing_balance", BALANCE_KEYS),
+            ):
+                sides = {
+                    side: {k: r[k] for k in keys}
+                    if "per_rank_s" in r
+                    else {"skipped": r["skipped"]}
+                    for side, r in (("epochplan", mine), ("verl", other))
+                }
+                results.add(name, {**case, **sides})
     # Two tables, so that no row is too wide to read: the times, then the balance.
     print()
     print("Time a step:")
@@ -489,7 +521,7 @@ def epoch_row(n: int, cache: str, r: dict[str, Any], num_steps: int, cap: int) -
     )
 
 
-def epoch(opts: argparse.Namespace, report: dict[str, Any]) -> None:
+def epoch(opts: argparse.Namespace, report: dict[str, Any], results: Tables) -> None:
     directory = Path(opts.dir)
     directory.mkdir(parents=True, exist_ok=True)
     size = TINY if opts.tiny else FULL
@@ -523,6 +555,7 @@ def epoch(opts: argparse.Namespace, report: dict[str, Any]) -> None:
         if why:
             print(f"| {n:.0e} | skipped: {why} ||||||||")
             rows.append({"N": n, "skipped": why})
+            results.add("epoch", {"n": n, "skipped": why})
             continue
         check = opts.big_steps if n == opts.big_n and not cold else 0
         args = [str(x) for x in (path, n, g, w, rank, steps, cap, cold, check)]
@@ -530,9 +563,16 @@ def epoch(opts: argparse.Namespace, report: dict[str, Any]) -> None:
         if "error" in result:
             raise SystemExit(f"epoch N={n} failed: {result['error']}")
         cache = "cold, MADV_RANDOM" if cold else "warm"
-        if result["checkpoint"]:
-            print(epoch_row(n, cache, result["checkpoint"], result["num_steps"], cap))
-        print(epoch_row(n, cache, result, result["num_steps"], cap))
+        parts = [result["checkpoint"], result] if result["checkpoint"] else [result]
+        for part in parts:
+            print(epoch_row(n, cache, part, result["num_steps"], cap))
+            row = {k: part[k] for k in ("steps", "seconds", "peak", "RssAnon", "RssFile")}
+            # The call's one read of every length, in each row's seconds.
+            row["first_call_s"] = result["first_call_s"]
+            results.add(
+                "epoch",
+                {"n": n, "cache": cache, "num_steps": result["num_steps"], "cap": cap, **row},
+            )
         rows.append({"N": n, "cap": cap, "cold": bool(cold), **result})
     if not opts.keep:
         for path in written:
@@ -561,6 +601,9 @@ def main() -> None:
     parser.add_argument("--dir", default="/tmp/epochplan-bench-tokens")
     parser.add_argument("--keep", action="store_true", help="keep the lengths files written")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--results", type=Path, help="write the tables' rows and the run's context (JSON)"
+    )
     parser.add_argument("--child-dealing", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--child-epoch", nargs=9, help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -575,12 +618,15 @@ def main() -> None:
         return
     import epochplan
 
+    results = Tables(opts.results, __file__, sys.argv[1:])
     print(f"epochplan {epochplan.__version__}, {os.cpu_count()} CPUs, {loadavg()}")
     report: dict[str, Any] = {}
     if opts.part in ("dealing", "both"):
-        dealing(opts, report)
+        dealing(opts, report, results)
     if opts.part in ("epoch", "both"):
-        epoch(opts, report)
+        results.parameters.update(epoch_g=opts.epoch_g, world_size=8, rank=3)
+        epoch(opts, report, results)
+    results.save()
     if opts.json:
         Path(opts.json).write_text(json.dumps(report, indent=1))
 

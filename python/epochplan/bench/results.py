@@ -9,6 +9,12 @@ command, the machine (processor, CPUs, memory), the epochplan version, the
 date, the load averages at the start and end and the time in all. A case is
 rendered from what the file says of it, so a file stays readable after the
 cases change.
+
+The single-purpose scripts of ``benches/`` write a file of the same context
+and their own tables (``--results FILE``; :class:`Tables`): each table a list
+of rows, each row a JSON object of the measurements themselves (numbers,
+not their Markdown), which ``benches/render_performance.py`` renders into
+the performance page.
 """
 
 from __future__ import annotations
@@ -72,12 +78,13 @@ def machine() -> str:
     return f"{cpu}, {cpus} CPUs{mem}"
 
 
-def start(argv: list[str]) -> Context:
-    """The context of a run that starts now with the command line ``argv``."""
+def start(argv: list[str], program: tuple[str, ...] = ("epochplan",)) -> Context:
+    """The context of a run that starts now with the command line ``argv``
+    (the arguments after ``program``)."""
     from epochplan import __version__
 
     return Context(
-        command=shlex.join(["epochplan", *argv]),
+        command=shlex.join([*program, *argv]),
         machine=machine(),
         epochplan=__version__,
         date=time.strftime("%Y-%m-%d", time.gmtime()),
@@ -138,3 +145,94 @@ def load(path: Path) -> tuple[Context, list[Any]]:
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"--from-results {path}: not a results file ({e!r})") from None
     return context, results
+
+
+def finish(context: Context, started: float) -> None:
+    """Notes the end of the run ``context`` that started at ``started``
+    (``time.perf_counter()``): its time in all and the load averages now."""
+    context.seconds = round(time.perf_counter() - started, 1)
+    context.load_end = [round(x, 2) for x in os.getloadavg()]
+
+
+class Tables:
+    """The results file of a benchmark script (``--results FILE``): the
+    script's name, the run's context, its parameters and its tables, each a
+    list of rows (JSON objects of plain values).
+
+    ``Tables(path, __file__, sys.argv[1:])`` before the run (it checks that
+    ``path`` can be written, so that a bad path fails before the
+    measurements, not after), ``add(table, row)`` for each row, ``save()``
+    at the end; with ``path`` None nothing is written.
+    """
+
+    def __init__(self, path: Path | None, script: str, argv: list[str]) -> None:
+        from epochplan.bench import check_writable
+
+        if path is not None:
+            check_writable("--results", Path(path))
+        self.path = None if path is None else Path(path)
+        self.script = Path(script).name
+        self.context = start(argv, program=("python", f"benches/{self.script}"))
+        self.parameters: dict[str, Any] = {}
+        self.tables: dict[str, list[dict[str, Any]]] = {}
+        self._started = time.perf_counter()
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        """Appends ``row`` to ``table`` (created on its first row)."""
+        self.tables.setdefault(table, []).append(row)
+
+    def save(self) -> None:
+        """Notes the end of the run and writes the file (whole or not at
+        all), if there is one."""
+        finish(self.context, self._started)
+        if self.path is None:
+            return
+        from epochplan.bench import replace_with
+
+        head = json.dumps(
+            {
+                "format": FORMAT,
+                "script": self.script,
+                "context": asdict(self.context),
+                "parameters": self.parameters,
+            },
+            indent=1,
+            default=_plain,
+        )[:-2]
+        # One line a row: the file reads as a table and diffs by row.
+        tables = ",\n".join(
+            f"  {json.dumps(name)}: [\n"
+            + ",\n".join(f"   {json.dumps(r, default=_plain)}" for r in rows)
+            + "\n  ]"
+            for name, rows in self.tables.items()
+        )
+        text = f'{head},\n "tables": {{\n{tables}\n }}\n}}\n'
+        replace_with(self.path, "--results", lambda tmp: tmp.write_text(text))
+
+    @classmethod
+    def load(cls, path: Path) -> Tables:
+        """The results file of a script; ValueError naming the file when it
+        is not one."""
+        try:
+            doc = json.loads(Path(path).read_text())
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+            out = cls.__new__(cls)
+            out.path = Path(path)
+            out.script = str(doc["script"])
+            out.context = Context(**doc["context"])
+            out.parameters = dict(doc["parameters"])
+            out.tables = {str(k): [dict(r) for r in rows] for k, rows in doc["tables"].items()}
+            out._started = 0.0
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: cannot read ({e})") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}: not a results file of a benchmark script ({e!r})") from None
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar or array as the Python value JSON writes."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
