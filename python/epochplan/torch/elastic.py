@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import Sampler
 
 from epochplan._args import int_arg, is_bool
+from epochplan._kinds import KIND_FIELDS, plan_fields
 from epochplan._native import (
     MAX_SAMPLES,
     Chunked,
@@ -410,17 +411,13 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         except (TypeError, ValueError, OverflowError) as e:
             raise type(e)(f"state_dict: {e}") from None
         mine = self._plan
-        for key in ("num_samples", "global_batch_size", "kind", "chunk_size", "preload_nchunks"):
-            if getattr(saved, key) != getattr(mine, key):
+        theirs, ours = plan_fields(saved.spec), plan_fields(mine.spec)
+        for key in ("num_samples", "global_batch_size", "kind", *KIND_FIELDS, "drop_last"):
+            if theirs[key] != ours[key]:
                 raise ValueError(
-                    f"state_dict[{key!r}] is {getattr(saved, key)!r} but this sampler has "
-                    f"{key}={getattr(mine, key)!r}"
+                    f"state_dict[{key!r}] is {theirs[key]!r} but this sampler has "
+                    f"{key}={ours[key]!r}"
                 )
-        if saved.drop_last != mine.drop_last:
-            raise ValueError(
-                f"state_dict['drop_last'] is {saved.drop_last} but this sampler has "
-                f"drop_last={mine.drop_last}"
-            )
         keep = keeps_set_epoch(self._epoch_set, self.epoch, saved.epoch, not saved.remaining_steps)
         epoch, step = (self.epoch, 0) if keep else (saved.epoch, saved.start_step)
         # The plan is built under the saved seed; nothing changes if that fails.
