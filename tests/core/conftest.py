@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 import epochplan as ep
+from tests._support.folders import folder_marker
 
 
 @pytest.fixture
@@ -14,3 +15,7 @@ def restore_threads() -> Iterator[None]:
     """Restores the default thread count after a test that changes it."""
     yield
     ep.set_num_threads(0)
+
+
+# Each test of the folder is marked with its name (tests._support.folders).
+pytest_collection_modifyitems = folder_marker(__file__)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._support.folders import folder_marker
 from tests._support.plan_dirs import write_small_plan
 
 
@@ -13,3 +14,7 @@ from tests._support.plan_dirs import write_small_plan
 def plan_dir(tmp_path: Path) -> Path:
     """A plan of 40,000 samples in steps of 1,000 on 4 ranks, epochs 0 and 1."""
     return write_small_plan(tmp_path / "plan")
+
+
+# Each test of the folder is marked with its name (tests._support.folders).
+pytest_collection_modifyitems = folder_marker(__file__)
