@@ -87,6 +87,7 @@ def check_torch() -> None:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
+    from epochplan import PlanSpec
     from epochplan.torch import DistributedSampler, ElasticBatchSampler, ExactDistributedSampler
 
     n, world = 1_003, 4
@@ -113,9 +114,8 @@ def check_torch() -> None:
     seen: list[int] = []
     lengths = []
     for rank in range(world):
-        sampler = ElasticBatchSampler(
-            dataset, global_batch_size=64, micro_batch_size=8, num_replicas=world, rank=rank
-        )
+        spec = PlanSpec(len(dataset), global_batch_size=64)
+        sampler = ElasticBatchSampler(spec, micro_batch_size=8, rank=rank, num_replicas=world)
         loader = DataLoader(
             sampler.wrap_dataset(dataset), batch_sampler=sampler, collate_fn=sampler.collate()
         )
