@@ -474,6 +474,18 @@ def megatron_document_index(
 def megatron_shuffle_index(
     num_samples: int, total_size: int, key: npt.NDArray[np.uint32], pos: int
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint32], int]: ...
+def megatron_gpt_indices(
+    sizes: npt.NDArray[np.int32],
+    documents: npt.NDArray[np.int32],
+    cut: tuple[int, int, int, bool, int],
+    separate_final_epoch: bool,
+    shuffled_first: int | None,
+    int64: bool,
+    key: npt.NDArray[np.uint32],
+    pos: int,
+) -> tuple[
+    npt.NDArray[np.int32], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.uint32], int
+]: ...
 def megatron_blending_indices(
     dataset_index: npt.NDArray[np.int16],
     dataset_sample_index: npt.NDArray[np.int64],

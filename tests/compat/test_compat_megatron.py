@@ -227,12 +227,20 @@ GPT_CASES = [
     (500, 3.5, "valid", True, False),  # the last partial validation sequence kept
     (500, 1.2, "valid", False, False),
     (2000, 7.05, "test", True, True),
+    # Past 2**18 document-index positions the build runs on two threads.
+    (150_000, 2.3, "train", True, True),
+    (300_000, None, "valid", False, False),
 ]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("docs", "epochs", "split", "extra", "drop_valid"), GPT_CASES)
-def test_gpt_dataset_indices_are_megatrons(docs, epochs, split, extra, drop_valid, tmp_path):
+def test_gpt_dataset_indices_are_megatrons(
+    docs, epochs, split, extra, drop_valid, threads, tmp_path
+):
     from megatron.core.datasets.utils import Split
+
+    import epochplan as ep
 
     rng = np.random.default_rng(docs)
     lengths = rng.integers(1, 300, docs).astype(np.int32)
@@ -256,15 +264,19 @@ def test_gpt_dataset_indices_are_megatrons(docs, epochs, split, extra, drop_vali
     theirs = meg_gpt.GPTDataset(
         _LowLevel(lengths, str(tmp_path)), "data", indices, num_samples, Split[split], config
     )
-    ours = em.build_gpt_indices(
-        lengths,
-        indices,
-        num_samples,
-        seq,
-        docs + 1,
-        add_extra_token_to_sequence=extra,
-        drop_last_partial_sequence=drop_valid if split == "valid" else True,
-    )
+    ep.set_num_threads(threads)
+    try:
+        ours = em.build_gpt_indices(
+            lengths,
+            indices,
+            num_samples,
+            seq,
+            docs + 1,
+            add_extra_token_to_sequence=extra,
+            drop_last_partial_sequence=drop_valid if split == "valid" else True,
+        )
+    finally:
+        ep.set_num_threads(0)
     same(ours.document_index, theirs.document_index)
     same(ours.sample_index, theirs.sample_index)
     same(ours.shuffle_index, theirs.shuffle_index)

@@ -204,21 +204,42 @@ fn checked_len(count: u64, what: &str) -> Result<usize> {
 /// allocation fails. Large zeroed allocations come straight from the kernel
 /// (already zero), so nothing is written here.
 #[allow(unsafe_code)]
-fn try_zeroed(len: usize) -> Option<Vec<i64>> {
+fn try_zeroed<T: ZeroBits>(len: usize) -> Option<Vec<T>> {
     if len == 0 {
         return Some(Vec::new());
     }
-    let layout = std::alloc::Layout::array::<i64>(len).ok()?;
+    let layout = std::alloc::Layout::array::<T>(len).ok()?;
     // SAFETY: `layout` has a non-zero size. A non-null result is a block of
-    // `len` zeroed (hence valid) i64 values from the global allocator with
-    // exactly the layout that `Vec<i64>` of capacity `len` frees it with.
+    // `len` zeroed values of `T`, valid because `T` is one of the integers
+    // that `ZeroBits` is sealed to, from the global allocator with exactly
+    // the layout that `Vec<T>` of capacity `len` frees it with.
     unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<i64>();
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<T>();
         if ptr.is_null() {
             return None;
         }
         Some(Vec::from_raw_parts(ptr, len, len))
     }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
+    impl Sealed for u32 {}
+}
+
+/// The integers whose all-zero bytes are a value: what [`zeroed`] allocates.
+pub trait ZeroBits: sealed::Sealed + Copy {}
+impl ZeroBits for i32 {}
+impl ZeroBits for i64 {}
+impl ZeroBits for u32 {}
+
+/// `count` zeros, allocated zeroed but untouched (each page is cleared by
+/// the kernel at its first write, on the thread that writes it), or an error
+/// naming `what` when the machine cannot hold them.
+pub fn zeroed<T: ZeroBits>(count: usize, what: &str) -> Result<Vec<T>> {
+    try_zeroed(count).ok_or_else(|| no_room_for(what, count))
 }
 
 /// Advises the kernel to back the whole pages inside `memory` with huge

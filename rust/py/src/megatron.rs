@@ -4,6 +4,7 @@
 //! MT19937 key and position and comes back advanced.
 
 use crate::errors::IntoPyResult;
+use epochplan_compat::megatron::gpt_indices::{self, GptLayout};
 use epochplan_compat::megatron::random_state::{Mt19937, RandomState, STATE_WORDS};
 use epochplan_compat::megatron::{blend, gpt};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
@@ -16,6 +17,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(megatron_document_index, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_tokens_per_epoch, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_shuffle_index, m)?)?;
+    m.add_function(wrap_pyfunction!(megatron_gpt_indices, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_blending_indices, m)?)?;
     m.add_function(wrap_pyfunction!(megatron_exhaustive_blending_indices, m)?)?;
     Ok(())
@@ -136,6 +138,68 @@ fn megatron_shuffle_index<'py>(
     };
     let (key, pos) = state_out(py, &state);
     Ok((index, key, pos))
+}
+
+/// The three indices of a `GPTDataset` in one call, from a `RandomState`'s
+/// key and position: `cut` is `(seq_length, num_epochs, tokens_per_epoch,
+/// drop_last_partial_sequence, add_extra_token_to_sequence)`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn megatron_gpt_indices<'py>(
+    py: Python<'py>,
+    sizes: PyReadonlyArray1<'py, i32>,
+    documents: PyReadonlyArray1<'py, i32>,
+    cut: (i32, i32, i64, bool, i32),
+    separate_final_epoch: bool,
+    shuffled_first: Option<usize>,
+    int64: bool,
+    key: PyReadonlyArray1<'py, u32>,
+    pos: usize,
+) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+    let mut state = state_of(&key, pos)?;
+    let sizes = slice(&sizes, "sequence_lengths")?;
+    let documents = slice(&documents, "indices")?;
+    let (seq_length, num_epochs, tokens_per_epoch, drop_last_partial_sequence, add_extra) = cut;
+    let layout = GptLayout {
+        cut: gpt::SampleCut {
+            seq_length,
+            num_epochs,
+            tokens_per_epoch,
+            drop_last_partial_sequence,
+            add_extra,
+        },
+        separate_final_epoch,
+        shuffled_first,
+    };
+    let (docs, samples, shuffle) = if int64 {
+        let built = py
+            .detach(|| gpt_indices::build_gpt_indices::<i64>(sizes, documents, &layout, &mut state))
+            .py()?;
+        let rows = built.sample_index.len() / 2;
+        let samples = built
+            .sample_index
+            .into_pyarray(py)
+            .reshape([rows, 2])?
+            .into_any();
+        (built.document_index, samples, built.shuffle_index)
+    } else {
+        let built = py
+            .detach(|| gpt_indices::build_gpt_indices::<i32>(sizes, documents, &layout, &mut state))
+            .py()?;
+        let rows = built.sample_index.len() / 2;
+        let samples = built
+            .sample_index
+            .into_pyarray(py)
+            .reshape([rows, 2])?
+            .into_any();
+        (built.document_index, samples, built.shuffle_index)
+    };
+    let shuffle = match shuffle {
+        gpt::ShuffleIndex::U32(v) => v.into_pyarray(py).into_any(),
+        gpt::ShuffleIndex::I64(v) => v.into_pyarray(py).into_any(),
+    };
+    let (key, pos) = state_out(py, &state);
+    (docs.into_pyarray(py), samples, shuffle, key, pos).into_pyobject(py)
 }
 
 fn slice_mut<'a, T: numpy::Element>(

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 import epochplan._native as _native
-from epochplan.compat.megatron.helpers import build_sample_idx, int32_array
+from epochplan.compat.megatron.helpers import int32_array
 
 __all__ = [
     "GPTIndices",
@@ -205,17 +205,19 @@ def build_gpt_indices(
         per_epoch = (tokens_per_epoch - extra) // sequence_length
         separate_final_epoch = from_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch)
     state = np.random.RandomState(random_seed)
-    document_index = build_document_index(docs, num_epochs, state, separate_final_epoch)
-    sample_index = build_sample_idx(
+    legacy = _state_of(state)
+    positions = docs.shape[0] * num_epochs
+    largest = max(positions, int(lengths.max()) if lengths.size else 0)
+    # One native call builds all three, shuffling (document, size) pairs so
+    # the sample walk reads sizes in order: the bytes of the three builders.
+    document_index, sample_index, shuffle_index, _, _ = _native.megatron_gpt_indices(
         lengths,
-        document_index,
-        sequence_length,
-        num_epochs,
-        tokens_per_epoch,
-        drop_last_partial_sequence,
-        bool(extra),
+        docs,
+        (sequence_length, num_epochs, tokens_per_epoch, bool(drop_last_partial_sequence), extra),
+        separate_final_epoch,
+        sans_final if separate_final_epoch else None,
+        largest > np.iinfo(np.int32).max,
+        legacy[1],
+        legacy[2],
     )
-    total = sample_index.shape[0] - 1
-    first = sans_final if separate_final_epoch else total
-    shuffle_index = build_shuffle_index(first, total, state)
     return GPTIndices((document_index, sample_index, shuffle_index))

@@ -16,7 +16,7 @@
 //!   below `2^32 - 2` samples and int64 from there.
 
 use super::random_state::RandomState;
-use epochplan_core::buffer::{advise_huge_pages, prefetch, vec_with_capacity};
+use epochplan_core::buffer::{advise_huge_pages, prefetch, vec_with_capacity, ZeroBits};
 use epochplan_core::{Error, Result};
 
 /// Document-index positions between a prefetch of a size and its use.
@@ -33,7 +33,7 @@ fn index_buffer<T>(count: usize, what: &str) -> Result<Vec<T>> {
 }
 
 /// An integer type of the sample index (int32 or int64).
-pub trait SampleInt: Copy + Send {
+pub trait SampleInt: Copy + Send + ZeroBits {
     /// The largest value the type holds.
     const MAX: i64;
     /// `value`, which the caller checked fits.
@@ -93,52 +93,14 @@ pub fn build_sample_idx<T: SampleInt>(
     drop_last_partial_sequence: bool,
     add_extra: i32,
 ) -> Result<Vec<T>> {
-    if seq_length <= 1 {
-        return Err(Error::Value(format!(
-            "seq_length must be greater than 1, got {seq_length}"
-        )));
-    }
-    if num_epochs <= 0 {
-        return Err(Error::Value(format!(
-            "num_epochs must be positive, got {num_epochs}"
-        )));
-    }
-    if tokens_per_epoch <= 1 {
-        return Err(Error::Value(format!(
-            "tokens_per_epoch must be greater than 1, got {tokens_per_epoch}"
-        )));
-    }
-    if !(0..=1).contains(&add_extra) {
-        return Err(Error::Value(format!(
-            "add_extra_token_to_sequence must be 0 or 1, got {add_extra}"
-        )));
-    }
-    if document_idx.is_empty() {
-        return Err(Error::Value("document_idx must not be empty".into()));
-    }
-    if T::MAX < i64::from(i32::MAX) && document_idx.len() as i64 > T::MAX {
-        return Err(Error::Overflow(format!(
-            "document_idx has {} entries, more than the int32 sample index holds; use int64",
-            document_idx.len()
-        )));
-    }
-    let count = num_samples(
+    let cut = SampleCut {
         seq_length,
         num_epochs,
         tokens_per_epoch,
         drop_last_partial_sequence,
         add_extra,
-    )?;
-    if count < 0 {
-        return Err(Error::Value(format!(
-            "the sample index would have {count} samples: tokens_per_epoch is too small"
-        )));
-    }
-    let rows = usize::try_from(count + 1)
-        .ok()
-        .and_then(|r| r.checked_mul(2))
-        .ok_or_else(|| Error::Overflow(format!("{count} samples do not fit in memory")))?;
-    let mut out: Vec<T> = index_buffer(rows, "the sample index")?;
+    };
+    let count = cut.samples::<T>(document_idx.len())?;
     let size_of = |position: usize| -> Result<i64> {
         let doc = document_idx[position];
         let size = usize::try_from(doc)
@@ -157,40 +119,128 @@ pub fn build_sample_idx<T: SampleInt>(
         }
         Ok(i64::from(*size))
     };
-    let last = document_idx.len() - 1;
-    let mut position = 0usize;
-    let mut offset = 0i64;
-    out.push(T::from_i64(0));
-    out.push(T::from_i64(0));
-    let extra = i64::from(add_extra);
-    for _ in 0..count {
-        let mut remaining = i64::from(seq_length) + extra;
-        loop {
-            if position + AHEAD <= last {
-                if let Some(size) = usize::try_from(document_idx[position + AHEAD])
-                    .ok()
-                    .and_then(|d| sizes.get(d))
-                {
-                    prefetch(size);
-                }
-            }
-            let length = size_of(position)? - offset;
-            remaining -= length;
-            if remaining <= 0 {
-                offset += remaining + length - extra;
-                break;
-            }
-            if position == last {
-                offset = size_of(position)? - extra;
-                break;
-            }
-            position += 1;
-            offset = 0;
+    let prefetch_size = |position: usize| {
+        if let Some(size) = document_idx
+            .get(position + AHEAD)
+            .and_then(|&doc| usize::try_from(doc).ok())
+            .and_then(|d| sizes.get(d))
+        {
+            prefetch(size);
         }
-        out.push(T::from_i64(position as i64));
-        out.push(T::from_i64(offset));
+    };
+    cut.walk(count, document_idx.len(), size_of, prefetch_size)
+}
+
+/// How `build_sample_idx` cuts the documents into samples.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleCut {
+    pub seq_length: i32,
+    pub num_epochs: i32,
+    pub tokens_per_epoch: i64,
+    pub drop_last_partial_sequence: bool,
+    /// `add_extra_token_to_sequence`: 0 or 1.
+    pub add_extra: i32,
+}
+
+impl SampleCut {
+    /// The number of samples cut from a document index of `documents`
+    /// positions into a sample index of `T`, after the checks of what the
+    /// C++ asserts or reads unchecked.
+    pub fn samples<T: SampleInt>(&self, documents: usize) -> Result<usize> {
+        let SampleCut {
+            seq_length,
+            num_epochs,
+            tokens_per_epoch,
+            drop_last_partial_sequence,
+            add_extra,
+        } = *self;
+        if seq_length <= 1 {
+            return Err(Error::Value(format!(
+                "seq_length must be greater than 1, got {seq_length}"
+            )));
+        }
+        if num_epochs <= 0 {
+            return Err(Error::Value(format!(
+                "num_epochs must be positive, got {num_epochs}"
+            )));
+        }
+        if tokens_per_epoch <= 1 {
+            return Err(Error::Value(format!(
+                "tokens_per_epoch must be greater than 1, got {tokens_per_epoch}"
+            )));
+        }
+        if !(0..=1).contains(&add_extra) {
+            return Err(Error::Value(format!(
+                "add_extra_token_to_sequence must be 0 or 1, got {add_extra}"
+            )));
+        }
+        if documents == 0 {
+            return Err(Error::Value("document_idx must not be empty".into()));
+        }
+        if T::MAX <= i64::from(i32::MAX) && documents as i64 > T::MAX {
+            return Err(Error::Overflow(format!(
+                "document_idx has {} entries, more than the int32 sample index holds; use int64",
+                documents
+            )));
+        }
+        let count = num_samples(
+            seq_length,
+            num_epochs,
+            tokens_per_epoch,
+            drop_last_partial_sequence,
+            add_extra,
+        )?;
+        if count < 0 {
+            return Err(Error::Value(format!(
+                "the sample index would have {count} samples: tokens_per_epoch is too small"
+            )));
+        }
+        usize::try_from(count)
+            .map_err(|_| Error::Overflow(format!("{count} samples do not fit in memory")))
     }
-    Ok(out)
+
+    /// The flat `(samples + 1) x 2` index; `ahead(position)` is told each
+    /// position as the walk reaches it, to prefetch what comes later.
+    pub fn walk<T: SampleInt>(
+        &self,
+        samples: usize,
+        documents: usize,
+        size_of: impl Fn(usize) -> Result<i64>,
+        ahead: impl Fn(usize),
+    ) -> Result<Vec<T>> {
+        let rows = samples
+            .checked_add(1)
+            .and_then(|r| r.checked_mul(2))
+            .ok_or_else(|| Error::Overflow(format!("{samples} samples do not fit in memory")))?;
+        let mut out: Vec<T> = index_buffer(rows, "the sample index")?;
+        let last = documents - 1;
+        let mut position = 0usize;
+        let mut offset = 0i64;
+        out.push(T::from_i64(0));
+        out.push(T::from_i64(0));
+        let extra = i64::from(self.add_extra);
+        for _ in 0..samples {
+            let mut remaining = i64::from(self.seq_length) + extra;
+            loop {
+                ahead(position);
+                let length = size_of(position)? - offset;
+                remaining -= length;
+                if remaining <= 0 {
+                    offset += remaining + length - extra;
+                    break;
+                }
+                if position == last {
+                    offset = size_of(position)? - extra;
+                    break;
+                }
+                position += 1;
+                offset = 0;
+            }
+            out.push(T::from_i64(position as i64));
+            out.push(T::from_i64(offset));
+        }
+        Ok(out)
+    }
 }
 
 /// `GPTDataset._get_num_tokens_per_epoch`: the tokens of `documents`, each a

@@ -153,6 +153,15 @@ impl RandomState {
         }
     }
 
+    /// The partners `shuffle` draws for an array of `len` items, in its
+    /// order, each handed to `each`: the generator is left where `shuffle`
+    /// leaves it.
+    pub fn draw_partners(&mut self, len: usize, mut each: impl FnMut(usize)) {
+        for top in (1..len).rev() {
+            each(self.interval(top as u64) as usize);
+        }
+    }
+
     /// `RandomState.shuffle` of a one-dimensional array: the same swaps in the
     /// same order, and the generator left where numpy leaves it. Partners
     /// are drawn 48 swaps early and their lines prefetched, so that
@@ -174,6 +183,22 @@ impl RandomState {
             }
             items.swap(swaps - done, ring[done % RING]);
         }
+    }
+}
+
+/// The swaps of a [`RandomState::shuffle`] whose partners were drawn
+/// elsewhere ([`RandomState::draw_partners`]): `partners` continues the
+/// swaps of `items` after the first `done`. Each partner's line is
+/// prefetched some swaps before its swap, as `shuffle` does.
+pub fn swap_with_partners<T: Copy>(items: &mut [T], done: usize, partners: &[usize]) {
+    let Some(top) = items.len().checked_sub(1) else {
+        return;
+    };
+    for (t, &partner) in partners.iter().enumerate() {
+        if let Some(&later) = partners.get(t + AHEAD) {
+            prefetch(&items[later]);
+        }
+        items.swap(top - done - t, partner);
     }
 }
 
@@ -215,6 +240,27 @@ mod tests {
             for i in (1..n).rev() {
                 let j = b.interval(i as u64) as usize;
                 slow.swap(i, j);
+            }
+            assert_eq!(fast, slow, "n = {n}");
+            assert_eq!(a.mt.next_u32(), b.mt.next_u32(), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn partners_drawn_elsewhere_swap_as_shuffle_does() {
+        for n in [0usize, 1, 2, 3, 100, 5000] {
+            let mut fast: Vec<u32> = (0..n as u32).collect();
+            let mut slow = fast.clone();
+            let mut a = RandomState::new(42);
+            let mut b = RandomState::new(42);
+            a.shuffle(&mut fast);
+            let mut partners = Vec::new();
+            b.draw_partners(n, |p| partners.push(p));
+            // In two pieces, as the pipeline hands them over.
+            let half = partners.len() / 2;
+            if n > 0 {
+                swap_with_partners(&mut slow, 0, &partners[..half]);
+                swap_with_partners(&mut slow, half, &partners[half..]);
             }
             assert_eq!(fast, slow, "n = {n}");
             assert_eq!(a.mt.next_u32(), b.mt.next_u32(), "n = {n}");
