@@ -347,7 +347,9 @@ mod tests {
     #[test]
     fn one_call_builds_the_same_bytes_on_any_thread_count() {
         let n: i32 = 600_000;
-        let sizes: Vec<i32> = (0..i64::from(n)).map(|i| (i * 7919 % 2000) as i32).collect();
+        let sizes: Vec<i32> = (0..i64::from(n))
+            .map(|i| (i * 7919 % 2000) as i32)
+            .collect();
         let documents: Vec<i32> = (0..n).rev().step_by(2).collect();
         let tokens: i64 = documents
             .iter()
