@@ -152,8 +152,8 @@ def audit(
         report.rolled_back += _rolled_back(log)
         for epoch, ids, steps in _kept_batches(log, tally.BATCH_IDS):
             tally.consume(log, epoch, ids, steps)
-    bitmaps, duplicates = tally.bitmaps, tally.duplicates
-    _find_missing(plans, bitmaps, start, end, report, limit)
+    duplicates = tally.duplicates
+    _find_missing(plans, tally, start, end, report, limit)
     if duplicates:
         _describe_duplicates(plans, logs, duplicates, report)
     return report
@@ -317,15 +317,14 @@ class _Tally:
         and checks that each is in its planned step."""
         rank, report = int(log.header["rank"]), self.report
         report.consumed += len(ids)
+        plan = self.plans.of(epoch)
         bitmap = self.bitmaps.get(epoch)
         if bitmap is None:
-            words = -(-self.plans.store_size // 64)
-            bitmap = self.bitmaps[epoch] = np.zeros(words, dtype=np.uint64)
-        repeated = _native.mark_ids(bitmap, ids)
+            bitmap = self.bitmaps[epoch] = _position_bitmap(plan)
+        repeated, wrong, planned = _native.consume_ids(plan, bitmap, ids, steps)
         report.duplicates += len(repeated)
         for i in repeated[: max(0, self.limit - len(self.duplicates))]:
             self.duplicates[(epoch, int(ids[i]))] = None
-        wrong, planned = _native.misplaced(self.plans.of(epoch), ids, steps)
         report.misplaced += len(wrong)
         listed = max(0, self.limit - self._misplaced_listed)
         for i, step in zip(wrong[:listed].tolist(), planned[:listed].tolist(), strict=True):
@@ -334,9 +333,14 @@ class _Tally:
             self._misplaced_listed += 1
 
 
+def _position_bitmap(plan: EpochPlan) -> npt.NDArray[np.uint64]:
+    """A clear bitmap of ``plan``'s epoch, one bit a position."""
+    return np.zeros(-(-plan.num_samples // 64), dtype=np.uint64)
+
+
 def _find_missing(
     plans: _Plans,
-    bitmaps: dict[int, npt.NDArray[np.uint64]],
+    tally: _Tally,
     start: tuple[int, int],
     end: tuple[int, int],
     report: AuditReport,
@@ -347,7 +351,9 @@ def _find_missing(
         plan = plans.of(epoch)
         first = start[1] if epoch == start[0] else 0
         last = end[1] if epoch == end[0] else plan.num_steps
-        bitmap = bitmaps.get(epoch, np.zeros(-(-plans.store_size // 64), dtype=np.uint64))
+        bitmap = tally.bitmaps.get(epoch)
+        if bitmap is None:
+            bitmap = _position_bitmap(plan)
         g = plans.global_batch_size
         start_at, end_at = first * g, min(last * g, plan.num_samples)
         report.expected += max(0, end_at - start_at)
@@ -407,7 +413,6 @@ def _tally_by_step(
     table = np.concatenate(records)
     table = table[np.lexsort((table[:, 2], table[:, 1], table[:, 0]))]
     listed: dict[str, int] = {"duplicate": 0, "missing": 0, "misplaced": 0}
-    unmarked = np.zeros(-(-plans.store_size // 64), dtype=np.uint64)  # once, not a batch
 
     def note(kind: str, sample: int, epoch: int, step: int, seen: tuple[Sighting, ...]) -> None:
         if listed[kind] < limit:
@@ -416,6 +421,7 @@ def _tally_by_step(
 
     for epoch in range(start[0], end[0] + 1):
         plan = plans.of(epoch)
+        unmarked = _position_bitmap(plan)  # an epoch's, not a batch's
         first = start[1] if epoch == start[0] else 0
         last = end[1] if epoch == end[0] else plan.num_steps
         mine = table[table[:, 0] == epoch]

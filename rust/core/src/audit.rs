@@ -1,7 +1,7 @@
 //! The exactly-once audit's inner loops: a consumption log's records read
-//! from its bytes ([`scan_log`]), and sample ids marked in a bitmap of the
-//! store, one bit an id (N/8 bytes), each id already marked reported
-//! ([`mark_ids`]).
+//! from its bytes ([`scan_log`]), and consumed ids located in their epoch
+//! and marked in a bitmap of its positions, one bit a position (N/8 bytes),
+//! each one already marked reported ([`consume`]).
 //!
 //! A log (written by `epochplan.audit.ConsumptionLog`) is 8 bytes of magic,
 //! then records `u32 length | u32 crc32 | payload`, little-endian; a payload
@@ -12,6 +12,7 @@
 use crate::error::{Error, Result};
 use crate::locate::ABSENT;
 use crate::plan::Plan;
+use rayon::prelude::*;
 
 /// The magic a consumption log starts with.
 pub const LOG_MAGIC: &[u8; 8] = b"EPLOG01\n";
@@ -60,6 +61,10 @@ pub fn scan_log(data: &[u8]) -> Result<LogRecords> {
         ));
     }
     let size = data.len();
+    // First the frames (a jump a record), then every checksum on every core,
+    // then the bodies in order: the first record that fails, by checksum or
+    // by body, decides as it would read one record at a time.
+    let mut frames: Vec<(usize, usize)> = Vec::new();
     let mut offset = LOG_MAGIC.len();
     while offset < size {
         if size - offset < FRAME {
@@ -68,9 +73,7 @@ pub fn scan_log(data: &[u8]) -> Result<LogRecords> {
             ));
             break;
         }
-        let length = u32_at(data, offset) as usize;
-        let crc = u32_at(data, offset + 4);
-        let end = offset + FRAME + length;
+        let end = offset + FRAME + u32_at(data, offset) as usize;
         if end > size {
             out.torn = Some(format!(
                 "a torn last record at byte {offset} ({} of {} bytes)",
@@ -79,8 +82,16 @@ pub fn scan_log(data: &[u8]) -> Result<LogRecords> {
             ));
             break;
         }
-        let payload = &data[offset + FRAME..end];
-        if crc32fast::hash(payload) != crc {
+        frames.push((offset, end));
+        offset = end;
+    }
+    let fails = |&(offset, end): &(usize, usize)| {
+        crc32fast::hash(&data[offset + FRAME..end]) != u32_at(data, offset + 4)
+    };
+    let first_bad = crate::parallel::install(|| frames.par_iter().position_first(fails))
+        .unwrap_or_else(|_| frames.iter().position(fails));
+    for (i, &(offset, end)) in frames.iter().enumerate() {
+        if Some(i) == first_bad {
             if end == size {
                 out.torn = Some(format!(
                     "a torn last record at byte {offset} (its checksum fails)"
@@ -91,9 +102,8 @@ pub fn scan_log(data: &[u8]) -> Result<LogRecords> {
                 "the record at byte {offset} is corrupt (checksum)"
             )));
         }
-        push_record(&mut out, payload, offset)
+        push_record(&mut out, &data[offset + FRAME..end], offset)
             .map_err(|e| Error::Value(format!("the record at byte {offset} is malformed: {e}")))?;
-        offset = end;
     }
     Ok(out)
 }
@@ -152,37 +162,53 @@ fn push_record(
 /// The ids of the `B` records at byte offsets `id_offsets` (with
 /// `id_counts` ids each) of a log's bytes, one after another.
 pub fn gather_log_ids(data: &[u8], id_offsets: &[u64], id_counts: &[u64]) -> Result<Vec<i64>> {
-    let total: u64 = id_counts.iter().sum();
-    let mut ids = crate::buffer::vec_with_capacity(total as usize, "a log's ids")?;
     for (&at, &count) in id_offsets.iter().zip(id_counts) {
-        let end = at
-            .checked_add(8 * count)
+        at.checked_add(count.saturating_mul(8))
             .filter(|&e| e <= data.len() as u64)
             .ok_or_else(|| Error::Value(format!("ids at byte {at} run past the log's end")))?;
-        ids.extend(
-            data[at as usize..end as usize]
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))),
-        );
     }
+    let total: u64 = id_counts.iter().sum();
+    let mut ids: Vec<i64> = crate::buffer::zeroed(total as usize, "a log's ids")?;
+    // Each record's ids into its own run of the output, on every core.
+    let mut runs = Vec::with_capacity(id_counts.len());
+    let mut rest = ids.as_mut_slice();
+    for (&at, &count) in id_offsets.iter().zip(id_counts) {
+        let (run, after) = rest.split_at_mut(count as usize);
+        runs.push((at as usize, run));
+        rest = after;
+    }
+    let copy = |(at, run): (usize, &mut [i64])| {
+        let bytes = &data[at..at + 8 * run.len()];
+        for (id, b) in run.iter_mut().zip(bytes.chunks_exact(8)) {
+            *id = i64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+    };
+    crate::parallel::install(|| runs.into_par_iter().for_each(copy))?;
     Ok(ids)
 }
 
-/// Sets the bit of every id of `ids` in `words` (id `i` is bit `i % 64` of
-/// word `i / 64`) and returns the indices into `ids` of the ids whose bit
-/// was already set: by an earlier call, or earlier in `ids`. Every id must
-/// have its bit in `words`.
-pub fn mark_ids(words: &mut [u64], ids: &[i64]) -> Result<Vec<usize>> {
+/// Sets the bit of every position of `positions` in `words` (position `p`
+/// is bit `p % 64` of word `p / 64`; [`ABSENT`] is skipped) and returns the
+/// indices into `positions` of those whose bit was already set: by an
+/// earlier call, or earlier in `positions`. Every position must have its
+/// bit in `words`.
+pub fn mark_positions(words: &mut [u64], positions: &[i64]) -> Result<Vec<usize>> {
     let bits = words.len() as u64 * 64;
-    if let Some(i) = ids.iter().position(|&v| v < 0 || v as u64 >= bits) {
+    if let Some(i) = positions
+        .iter()
+        .position(|&p| p != ABSENT && (p < 0 || p as u64 >= bits))
+    {
         return Err(Error::Value(format!(
-            "ids[{i}] must be in [0, {bits}) (the bitmap's bits), got {}",
-            ids[i]
+            "positions[{i}] must be in [0, {bits}) (the bitmap's bits), got {}",
+            positions[i]
         )));
     }
     let mut repeated = Vec::new();
-    for (i, &id) in ids.iter().enumerate() {
-        let (w, bit) = ((id as u64 / 64) as usize, 1u64 << (id as u64 % 64));
+    for (i, &p) in positions.iter().enumerate() {
+        if p == ABSENT {
+            continue;
+        }
+        let (w, bit) = ((p as u64 / 64) as usize, 1u64 << (p as u64 % 64));
         if words[w] & bit != 0 {
             repeated.push(i);
         }
@@ -191,51 +217,23 @@ pub fn mark_ids(words: &mut [u64], ids: &[i64]) -> Result<Vec<usize>> {
     Ok(repeated)
 }
 
-/// Positions of the epoch mapped to ids at once by [`unmarked_ids`].
-const SCAN_PIECE: u64 = 1 << 20;
-
-/// The ids at positions `[start, end)` of `plan`'s epoch whose bit in
-/// `words` is clear (planned and not consumed), in the epoch's order.
-pub fn unmarked_ids(plan: &Plan, words: &[u64], start: u64, end: u64) -> Result<Vec<i64>> {
-    let bits = words.len() as u64 * 64;
-    if plan.store_size() > bits {
-        return Err(Error::Value(format!(
-            "the bitmap holds {bits} bits, fewer than the plan's {} store ids",
-            plan.store_size()
-        )));
-    }
-    if start > end || end > plan.layout().num_samples() {
-        return Err(Error::Value(format!(
-            "positions [{start}, {end}) must lie in the epoch's [0, {})",
-            plan.layout().num_samples()
-        )));
-    }
-    let mut absent = Vec::new();
-    // Fallible: under an address-space limit this is an error, not an abort.
-    let mut piece = crate::buffer::vec_with_capacity(
-        SCAN_PIECE.min(end - start) as usize,
-        "the positions scanned for misses",
-    )?;
-    let mut at = start;
-    while at < end {
-        let to = (at + SCAN_PIECE).min(end);
-        piece.clear();
-        piece.extend(at as i64..to as i64);
-        plan.map_positions(&mut piece)?;
-        absent.extend(
-            piece
-                .iter()
-                .filter(|&&id| words[id as usize / 64] & (1 << (id as usize % 64)) == 0),
-        );
-        at = to;
-    }
-    Ok(absent)
+/// What [`consume`] finds in a batch of consumed ids: the indices into them
+/// of the ids seen before (repeated), and of those consumed in another step
+/// than planned (misplaced), with the step planned for each (-1 for an id
+/// the epoch does not hold).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub repeated: Vec<usize>,
+    pub misplaced: Vec<usize>,
+    pub planned_steps: Vec<i64>,
 }
 
-/// The indices into `ids` of the ids consumed in another step than `plan`
-/// puts them in (`steps[i]` is where `ids[i]` was consumed), with the step
-/// planned for each (-1 for an id the epoch does not hold).
-pub fn misplaced(plan: &Plan, ids: &[i64], steps: &[i64]) -> Result<(Vec<usize>, Vec<i64>)> {
+/// Checks a batch of ids of `plan`'s epoch, `ids[i]` consumed in step
+/// `steps[i]`, and marks their positions in the epoch's bitmap `words` (a
+/// bit a position: N/8 bytes). Each id is located in the epoch (the order's
+/// inverse, on every core); a step's positions are one run of the bitmap,
+/// so the marks stay in cache where marks by id would miss it at random.
+pub fn consume(plan: &Plan, words: &mut [u64], ids: &[i64], steps: &[i64]) -> Result<Consumed> {
     if ids.len() != steps.len() {
         return Err(Error::Value(format!(
             "ids and steps must have one length, got {} and {}",
@@ -243,14 +241,66 @@ pub fn misplaced(plan: &Plan, ids: &[i64], steps: &[i64]) -> Result<(Vec<usize>,
             steps.len()
         )));
     }
+    check_bitmap(plan, words)?;
     let positions = plan.positions_of(ids)?;
     let g = plan.layout().global_batch_size() as i64;
     let planned = |p: i64| if p == ABSENT { ABSENT } else { p / g };
-    let wrong: Vec<usize> = (0..ids.len())
+    let misplaced: Vec<usize> = (0..ids.len())
         .filter(|&i| planned(positions[i]) != steps[i])
         .collect();
-    let planned_steps = wrong.iter().map(|&i| planned(positions[i])).collect();
-    Ok((wrong, planned_steps))
+    let planned_steps = misplaced.iter().map(|&i| planned(positions[i])).collect();
+    let repeated = mark_positions(words, &positions)?;
+    Ok(Consumed {
+        repeated,
+        misplaced,
+        planned_steps,
+    })
+}
+
+fn check_bitmap(plan: &Plan, words: &[u64]) -> Result<()> {
+    let bits = words.len() as u64 * 64;
+    let n = plan.layout().num_samples();
+    if n > bits {
+        return Err(Error::Value(format!(
+            "the bitmap holds {bits} bits, fewer than the epoch's {n} positions"
+        )));
+    }
+    Ok(())
+}
+
+/// The ids at positions `[start, end)` of `plan`'s epoch whose bit in
+/// `words` is clear (planned and not consumed), in the epoch's order: the
+/// bitmap is scanned a word at a time and only the clear positions mapped.
+pub fn unmarked_ids(plan: &Plan, words: &[u64], start: u64, end: u64) -> Result<Vec<i64>> {
+    check_bitmap(plan, words)?;
+    if start > end || end > plan.layout().num_samples() {
+        return Err(Error::Value(format!(
+            "positions [{start}, {end}) must lie in the epoch's [0, {})",
+            plan.layout().num_samples()
+        )));
+    }
+    let mut clear = Vec::new();
+    let mut at = start;
+    while at < end {
+        let (w, bit) = ((at / 64) as usize, at % 64);
+        let span = (64 - bit).min(end - at);
+        let mask = if span == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << span) - 1) << bit
+        };
+        let mut free = !words[w] & mask;
+        while free != 0 {
+            clear.try_reserve(1).map_err(|_| {
+                Error::Memory("cannot hold the positions of the missing samples".into())
+            })?;
+            clear.push(w as i64 * 64 + i64::from(free.trailing_zeros()));
+            free &= free - 1;
+        }
+        at += span;
+    }
+    plan.map_positions(&mut clear)?;
+    Ok(clear)
 }
 
 #[cfg(test)]
@@ -328,25 +378,39 @@ mod tests {
             .copied()
             .filter(|i| !step3.contains(i))
             .collect();
-        mark_ids(&mut words, &all_but_step3).unwrap();
+        let steps: Vec<i64> = all_but_step3
+            .iter()
+            .map(|&id| plan.positions_of(&[id]).unwrap()[0] / 64)
+            .collect();
+        let found = consume(&plan, &mut words, &all_but_step3, &steps).unwrap();
+        assert_eq!(found, Consumed::default());
         assert_eq!(unmarked_ids(&plan, &words, 0, 1000).unwrap(), step3);
         assert_eq!(
             unmarked_ids(&plan, &words, 0, 192).unwrap(),
             Vec::<i64>::new()
         );
+        assert_eq!(unmarked_ids(&plan, &words, 193, 200).unwrap(), step3[1..8]);
         assert!(unmarked_ids(&plan, &words[..3], 0, 10).is_err());
         assert!(unmarked_ids(&plan, &words, 5, 1001).is_err());
-        let ids = [step3[0], step3[1], epoch[0]];
-        let (wrong, planned) = misplaced(&plan, &ids, &[3, 4, 0]).unwrap();
-        assert_eq!((wrong, planned), (vec![1], vec![3]));
+        // Step 3's first id in step 3, its second in step 4, an id of step
+        // 0 again, and the first again.
+        let ids = [step3[0], step3[1], epoch[0], step3[0]];
+        let found = consume(&plan, &mut words, &ids, &[3, 4, 0, 3]).unwrap();
+        assert_eq!(found.misplaced, vec![1]);
+        assert_eq!(found.planned_steps, vec![3]);
+        assert_eq!(found.repeated, vec![2, 3]);
+        assert!(consume(&plan, &mut words, &ids, &[3]).is_err());
     }
 
     #[test]
     fn repeats_are_reported_within_and_across_calls() {
         let mut words = vec![0u64; 2];
-        assert_eq!(mark_ids(&mut words, &[3, 70, 3, 127]).unwrap(), vec![2]);
-        assert_eq!(mark_ids(&mut words, &[0, 70]).unwrap(), vec![1]);
-        assert!(mark_ids(&mut words, &[128]).is_err());
+        assert_eq!(
+            mark_positions(&mut words, &[3, 70, ABSENT, 3, 127]).unwrap(),
+            vec![3]
+        );
+        assert_eq!(mark_positions(&mut words, &[0, 70]).unwrap(), vec![1]);
+        assert!(mark_positions(&mut words, &[128]).is_err());
         assert_eq!(words, vec![0b1001, (1 << 6) | (1 << 63)]);
     }
 }

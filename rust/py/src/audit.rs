@@ -11,29 +11,21 @@ use pyo3::types::PyDict;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// Marks `ids` in `bitmap` (uint64 words, one bit a store id) and returns
-/// the indices into `ids` of those already marked (earlier or in `ids`).
-#[pyfunction]
-pub fn mark_ids<'py>(
-    py: Python<'py>,
-    mut bitmap: PyReadwriteArray1<'py, u64>,
-    ids: PyReadonlyArray1<'py, i64>,
-) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let words = bitmap.as_slice_mut()?;
-    let ids = ids.as_slice()?;
-    let repeated = py.detach(|| audit::mark_ids(words, ids)).py()?;
-    Ok(repeated
-        .into_iter()
-        .map(|i| i as i64)
-        .collect::<Vec<_>>()
-        .into_pyarray(py))
+/// `read(bytes)` of the log file at `path`, mapped read-only (an empty
+/// file, which cannot be mapped, as no bytes), every page read in ahead.
+/// As with any memory map, the file must not be cut short while it is
+/// read; a log is only appended to.
+fn with_log<T>(path: &Path, read: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
+    with_log_range(path, (0, u64::MAX), read)
 }
 
-/// `read(bytes)` of the log file at `path`, mapped read-only (an empty
-/// file, which cannot be mapped, as no bytes); `whole`: every page read in
-/// ahead, for a read of the whole file. As with any memory map, the file
-/// must not be cut short while it is read; a log is only appended to.
-fn with_log<T>(path: &Path, whole: bool, read: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
+/// As [`with_log`], bytes `[start, end)` only (`end` cut to the file's
+/// size).
+fn with_log_range<T>(
+    path: &Path,
+    (start, end): (u64, u64),
+    read: impl FnOnce(&[u8]) -> T,
+) -> PyResult<T> {
     let file = File::open(path)
         .map_err(|e| Error::io(path, "cannot open", &e))
         .py()?;
@@ -45,10 +37,13 @@ fn with_log<T>(path: &Path, whole: bool, read: impl FnOnce(&[u8]) -> T) -> PyRes
     if size == 0 {
         return Ok(read(&[]));
     }
-    let mut options = MmapOptions::new();
-    if whole {
-        options.populate(); // one read ahead instead of a page fault a page
+    let end = end.min(size);
+    if start >= end {
+        return Ok(read(&[]));
     }
+    let mut options = MmapOptions::new();
+    // One read ahead instead of a page fault a page.
+    options.offset(start).len((end - start) as usize).populate();
     // SAFETY: read-only and private to this process; appending to the file
     // leaves the mapped bytes as they are.
     #[allow(unsafe_code)]
@@ -68,7 +63,7 @@ fn with_log<T>(path: &Path, whole: bool, read: impl FnOnce(&[u8]) -> T) -> PyRes
 #[pyfunction]
 pub fn scan_log<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
     let records = py
-        .detach(|| with_log(&path, true, audit::scan_log))?
+        .detach(|| with_log(&path, audit::scan_log))?
         .map_err(|e| Error::Value(format!("{}: {e}", path.display())))
         .py()?;
     let n = records.kinds.len();
@@ -105,10 +100,19 @@ pub fn gather_log_ids<'py>(
         ))
         .py();
     }
+    // Only the records' bytes are mapped, each page read in at once.
+    let start = offsets.iter().copied().min().unwrap_or(0);
+    let end = offsets
+        .iter()
+        .zip(counts)
+        .map(|(&at, &count)| at.saturating_add(count.saturating_mul(8)))
+        .max()
+        .unwrap_or(0);
+    let relative: Vec<u64> = offsets.iter().map(|&at| at - start).collect();
     let ids = py
         .detach(|| {
-            with_log(&path, false, |data| {
-                audit::gather_log_ids(data, offsets, counts)
+            with_log_range(&path, (start, end), |data| {
+                audit::gather_log_ids(data, &relative, counts)
             })
         })?
         .map_err(|e| Error::Value(format!("{}: {e}", path.display())))
@@ -134,22 +138,34 @@ pub fn unmarked_ids<'py>(
     Ok(ids.into_pyarray(py))
 }
 
-/// Two int64 arrays.
-type ArrayPair<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+/// Three int64 arrays.
+type ArrayTriple<'py> = (
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+);
 
-/// `(indices, planned_steps)`: the indices into `ids` of the ids consumed
-/// in another step than `plan` puts them in (`steps[i]` is where `ids[i]`
-/// was consumed), and the step planned for each (-1: not in the epoch).
+/// `(repeated, misplaced, planned_steps)`: checks ids of `plan`'s epoch
+/// (`ids[i]` consumed in step `steps[i]`) and marks their positions in
+/// `bitmap` (see `epochplan_core::audit::consume`).
 #[pyfunction]
-pub fn misplaced<'py>(
+pub fn consume_ids<'py>(
     py: Python<'py>,
     plan: PyRef<'py, EpochPlan>,
+    mut bitmap: PyReadwriteArray1<'py, u64>,
     ids: PyReadonlyArray1<'py, i64>,
     steps: PyReadonlyArray1<'py, i64>,
-) -> PyResult<ArrayPair<'py>> {
+) -> PyResult<ArrayTriple<'py>> {
     let plan = plan.plan(py)?;
+    let words = bitmap.as_slice_mut()?;
     let (ids, steps) = (ids.as_slice()?, steps.as_slice()?);
-    let (wrong, planned) = py.detach(|| audit::misplaced(&plan, ids, steps)).py()?;
-    let wrong: Vec<i64> = wrong.into_iter().map(|i| i as i64).collect();
-    Ok((wrong.into_pyarray(py), planned.into_pyarray(py)))
+    let found = py
+        .detach(|| audit::consume(&plan, words, ids, steps))
+        .py()?;
+    let index = |v: Vec<usize>| v.into_iter().map(|i| i as i64).collect::<Vec<_>>();
+    Ok((
+        index(found.repeated).into_pyarray(py),
+        index(found.misplaced).into_pyarray(py),
+        found.planned_steps.into_pyarray(py),
+    ))
 }

@@ -48,11 +48,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(split::split_range, m)?)?;
     m.add_function(wrap_pyfunction!(threads::set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(threads::get_num_threads, m)?)?;
-    m.add_function(wrap_pyfunction!(audit::mark_ids, m)?)?;
     m.add_function(wrap_pyfunction!(audit::scan_log, m)?)?;
     m.add_function(wrap_pyfunction!(audit::gather_log_ids, m)?)?;
     m.add_function(wrap_pyfunction!(audit::unmarked_ids, m)?)?;
-    m.add_function(wrap_pyfunction!(audit::misplaced, m)?)?;
+    m.add_function(wrap_pyfunction!(audit::consume_ids, m)?)?;
     streaming_partition::register(m)?;
     streaming_shuffle::register(m)?;
     planfile::register(m)?;

@@ -19,7 +19,7 @@
 
 use super::gpt::{build_shuffle_index, SampleCut, SampleInt, ShuffleIndex};
 use super::random_state::{swap_with_partners, RandomState};
-use epochplan_core::buffer::zeroed;
+use epochplan_core::buffer::{vec_with_capacity, zeroed};
 use epochplan_core::parallel::{for_each_piece, install, num_threads, PIECE};
 use epochplan_core::{Error, Result};
 use rayon::prelude::*;
@@ -129,27 +129,20 @@ pub fn build_gpt_indices<S: SampleInt>(
     let shuffle_index = {
         let (items, _) = pairs.as_chunks_mut::<2>();
         let (first, last) = items.split_at_mut(split);
-        if threads >= 2 && positions >= THREADED_FROM {
-            std::thread::scope(|scope| {
-                let (partners, batches) = sync_channel(IN_FLIGHT);
-                let (spent, reuse) = sync_channel(IN_FLIGHT + 1);
-                let drawer = scope.spawn(move || {
-                    draw_batches(state, &[split, positions - split], &partners, &reuse);
-                    drop(partners);
-                    build_shuffle_index(shuffled_first, samples, state)
-                });
-                for items in [first, last] {
-                    swap_batches(items, &batches, &spent);
-                }
-                drop(batches);
-                drawer
-                    .join()
-                    .map_err(|_| Error::Value("the partner-drawing thread panicked".into()))?
-            })?
+        let ranges = [split, positions - split];
+        let drawn = if threads >= 2 && positions >= THREADED_FROM {
+            shuffle_on_two_threads(first, last, &ranges, state, (shuffled_first, samples))?
         } else {
-            state.shuffle(first);
-            state.shuffle(last);
-            build_shuffle_index(shuffled_first, samples, state)?
+            None
+        };
+        match drawn {
+            Some(index) => index,
+            // One thread, or none could be started: the same steps in turn.
+            None => {
+                state.shuffle(first);
+                state.shuffle(last);
+                build_shuffle_index(shuffled_first, samples, state)?
+            }
         }
     };
     let pieces = if positions >= THREADED_FROM {
@@ -256,29 +249,88 @@ fn walk_piece<S: SampleInt>(
     }
 }
 
+/// Shuffles `first` then `last` (of `ranges` items) while a second thread
+/// draws their partners from `state` and then builds the shuffle index of
+/// `(first range, samples)`. `None`, with nothing done, when no thread or
+/// buffer can be had.
+fn shuffle_on_two_threads(
+    first: &mut [[i32; 2]],
+    last: &mut [[i32; 2]],
+    ranges: &[usize; 2],
+    state: &mut RandomState,
+    (shuffled_first, samples): (usize, usize),
+) -> Result<Option<ShuffleIndex>> {
+    let mut buffers = Vec::with_capacity(IN_FLIGHT + 2);
+    for _ in 0..IN_FLIGHT + 2 {
+        match vec_with_capacity::<usize>(BATCH, "the swap partners") {
+            Ok(buffer) => buffers.push(buffer),
+            Err(_) => return Ok(None),
+        }
+    }
+    std::thread::scope(|scope| {
+        let (partners, batches) = sync_channel(IN_FLIGHT);
+        let (spent, reuse) = sync_channel(IN_FLIGHT + 2);
+        for buffer in buffers {
+            let _ = spent.try_send(buffer);
+        }
+        let drawer = std::thread::Builder::new().spawn_scoped(scope, move || {
+            draw_batches(state, ranges, &partners, &reuse);
+            drop(partners);
+            build_shuffle_index(shuffled_first, samples, state)
+        });
+        let Ok(drawer) = drawer else {
+            return Ok(None);
+        };
+        for items in [first, last] {
+            swap_batches(items, &batches, &spent);
+        }
+        drop(batches);
+        let index = drawer
+            .join()
+            .map_err(|_| Error::Value("the partner-drawing thread panicked".into()))??;
+        Ok(Some(index))
+    })
+}
+
 /// The drawing thread: the partners of each range's shuffle, in batches
-/// that never span two ranges (a range of one item draws none).
+/// (buffers that come back through `reuse`) that never span two ranges (a
+/// range of one item draws none). Stops drawing when the swapping thread
+/// has gone.
 fn draw_batches(
     state: &mut RandomState,
     ranges: &[usize],
     partners: &SyncSender<Vec<usize>>,
     reuse: &Receiver<Vec<usize>>,
 ) {
+    let Ok(mut batch) = reuse.recv() else {
+        return;
+    };
     for &len in ranges {
-        let mut batch = Vec::with_capacity(BATCH);
         let mut open = true;
         state.draw_partners(len, |p| {
+            if !open {
+                return;
+            }
             batch.push(p);
-            if batch.len() == BATCH && open {
-                let next = reuse
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-                open = partners.send(std::mem::replace(&mut batch, next)).is_ok();
+            if batch.len() == BATCH {
+                open = match reuse.recv() {
+                    Ok(next) => partners.send(std::mem::replace(&mut batch, next)).is_ok(),
+                    Err(_) => false,
+                };
                 batch.clear();
             }
         });
-        if !batch.is_empty() && open {
-            let _ = partners.send(batch);
+        if !open {
+            return;
+        }
+        if !batch.is_empty() {
+            let Ok(next) = reuse.recv() else {
+                return;
+            };
+            if partners.send(std::mem::replace(&mut batch, next)).is_err() {
+                return;
+            }
+            batch.clear();
         }
     }
 }
