@@ -4,7 +4,7 @@ Over every log of a directory (every process of every run, resumed on any
 world size), the audit keeps each process's records up to its last commit
 (the checkpoint a resume starts from), and checks, epoch by epoch, that the
 samples consumed are exactly the samples planned: none twice (a bitmap of
-the store, N/8 bytes an epoch), none missing from the steps the run covered,
+the epoch's positions, N/8 bytes an epoch), none missing from the steps the run covered,
 and each in the step its plan puts it in. Every violation is named: the
 sample, where it was planned and where it was seen.
 """
@@ -130,7 +130,7 @@ def audit(
     once an epoch (a source taken in more than one pass): its steps are
     compared as multisets, each step's ids consumed against its ids
     planned, a batch of steps at a time (memory: the ids of those steps);
-    every other plan's with a bitmap of the store (N/8 bytes an epoch).
+    every other plan's with a bitmap of its positions (N/8 bytes an epoch).
 
     Raises:
         ValueError: no logs, logs of different plans, or a corrupt record
