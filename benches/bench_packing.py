@@ -91,25 +91,16 @@ def load_axolotl() -> tuple[Any, str]:
     import logging
 
     stubs["axolotl.utils.logging"].get_logger = logging.getLogger  # type: ignore[attr-defined]
-    saved = {name: sys.modules.get(name) for name in stubs}
-    sys.modules.update(stubs)
-    try:
-        file_spec = importlib.util.spec_from_file_location("_axolotl_multipack", path)
-        assert file_spec is not None and file_spec.loader is not None
-        module = importlib.util.module_from_spec(file_spec)
-        file_spec.loader.exec_module(module)
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from peer_files import load_with_stubs
+
+    module = load_with_stubs(path, "_axolotl_multipack", stubs)
     return module, info
 
 
 def load_verl() -> tuple[Any, str]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_tokens import load_verl as load
+    from peer_files import load_verl as load
 
     return load()  # type: ignore[no-any-return]
 

@@ -80,18 +80,17 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from peer_files import find_verl, load_verl
 
 from epochplan._system import available_memory
 from epochplan.bench.results import Tables
 
 GIB = 1 << 30
 MIB = 1 << 20
-VERL_PIN = "verl==0.9.1"
 DISTRIBUTIONS = ("lognormal", "bimodal", "uniform")
 
 # Full sizes, and the test's tiny ones.
@@ -128,64 +127,6 @@ def loadavg() -> str:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def find_verl() -> tuple[Path | None, str]:
-    """The path of verl's ``seqlen_balancing.py`` and verl's version, without
-    importing anything; ``None`` and the reason when verl or torch is missing."""
-    import importlib.machinery
-    import importlib.util
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        info = f"verl {version('verl')}"
-    except PackageNotFoundError:
-        return None, f"verl is not installed (pip install --no-deps {VERL_PIN})"
-    spec = importlib.machinery.PathFinder.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return None, "verl is installed but its package directory was not found"
-    path = Path(next(iter(spec.submodule_search_locations))) / "utils" / "seqlen_balancing.py"
-    if not path.is_file():
-        return None, f"{info} has no {path}"
-    if importlib.util.find_spec("torch") is None:
-        return None, f"{info} needs torch, which is not installed"
-    return path, info
-
-
-def load_verl() -> tuple[Any, str]:
-    """verl's ``seqlen_balancing`` module, loaded by file path, and its version;
-    ``None`` and the reason when verl or torch is missing."""
-    import importlib.util
-
-    path, info = find_verl()
-    if path is None:
-        return None, info
-
-    stubs = {
-        name: types.ModuleType(name)
-        for name in ("verl", "verl.protocol", "verl.utils", "verl.utils.tensordict_utils")
-    }
-    stubs["verl.utils.device"] = types.ModuleType("verl.utils.device")
-    stubs["verl.protocol"].DataProto = object  # type: ignore[attr-defined]
-    stubs["verl.utils"].tensordict_utils = stubs["verl.utils.tensordict_utils"]  # type: ignore[attr-defined]
-    stubs["verl.utils.tensordict_utils"].index_select_tensor_dict = (  # type: ignore[attr-defined]
-        lambda batch, indices: indices
-    )
-    stubs["verl.utils.device"].get_device_name = lambda: "cpu"  # type: ignore[attr-defined]
-    saved = {name: sys.modules.get(name) for name in stubs}
-    sys.modules.update(stubs)
-    try:
-        file_spec = importlib.util.spec_from_file_location("_verl_seqlen_balancing", path)
-        assert file_spec is not None and file_spec.loader is not None
-        module = importlib.util.module_from_spec(file_spec)
-        file_spec.loader.exec_module(module)
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-    return module, info
 
 
 def summarise(
