@@ -402,8 +402,9 @@ class TokenDealer:
         offsets: list[str],
         lengths: list[str],
         loss_tokens: list[str] | None,
-        steps: str,
+        steps: str | None,
         *,
+        ranks: list[int] | None = None,
         fsync: bool = True,
         progress: Callable[[int], object] | None = None,
     ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]: ...

@@ -59,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
     if is_part(args.dir):
         # One part of a plan written in parts: its files, each id as planned.
         with progress_bar("verifying", "B", show_progress(args)) as bar:
-            verify_part(args.dir, progress=bar)
+            dealt = verify_part(args.dir, progress=bar)
         if not args.quiet:
-            print(f"{args.dir}: part ok (every id as planned) in {time.perf_counter() - t0:.1f} s")
+            how = "every id as planned" if dealt else "checksums only: lengths file not readable"
+            print(f"{args.dir}: part ok ({how}) in {time.perf_counter() - t0:.1f} s")
         return 0
     with progress_bar("verifying", "B", show_progress(args)) as bar:
         compared = verify_plan(args.dir, progress=bar)

@@ -42,7 +42,14 @@ from epochplan.planfile.manifest import (
 from epochplan.planfile.publish import WriterLock, fsync_dir, new_partial, publish
 from epochplan.planfile.reader import PlanDirectory, open_plan
 from epochplan.planfile.space import SPACE_DIR
-from epochplan.planfile.write import _write_new_plan, checked_files, stored_space
+from epochplan.planfile.tokens.verify import verify_token_part
+from epochplan.planfile.write import (
+    _write_new_plan,
+    apply_oversize_cap,
+    checked_files,
+    stored_space,
+    token_args,
+)
 
 __all__ = ["Part", "is_part", "merge_plan", "verify_part", "write_plan_part"]
 
@@ -104,12 +111,18 @@ def write_plan_part(
     part: Part,
     *,
     epochs: Iterable[int] = (0,),
+    micro_batch_size: int | None = None,
+    max_tokens: int | None = None,
     progress: Progress | None = None,
 ) -> Path:
     """Writes part ``part`` of the plan of ``spec`` for ``world_size`` ranks
     (its rank files of ``epochs`` and ``part.json``) to the new directory
-    ``out``; returns ``out``. Token plans are written whole
-    (:func:`~epochplan.planfile.write_plan`).
+    ``out``; returns ``out``. The arguments are
+    :func:`~epochplan.planfile.write_plan`'s. A token plan's part holds its
+    ranks' token files too, and each epoch's step table goes with the part
+    that holds the epoch's rank 0; a part deals every step of each epoch it
+    holds a rank of (the dealing balances a step over all ranks), so a
+    token plan splits best into parts of whole epochs.
 
     Examples:
         >>> spec = PlanSpec(10**4, 64, seed=1)  # doctest: +SKIP
@@ -126,10 +139,12 @@ def write_plan_part(
         raise TypeError(f"part must be a Part (Part(index, count)), got {type(part).__name__}")
     world_size, epoch_list = checked_files(world_size, epochs)
     progress = progress_arg(progress)
+    spec = apply_oversize_cap(spec, max_tokens)
+    tokens = token_args(spec, world_size, micro_batch_size, max_tokens)
     new_parents = [p for p in out.parents if not p.exists()]
     try:
         _write_new_plan(
-            out, False, spec, world_size, epoch_list, progress, None, (part.index, part.count)
+            out, False, spec, world_size, epoch_list, progress, tokens, (part.index, part.count)
         )
     except BaseException:
         for parent in new_parents:  # deepest first
@@ -172,9 +187,14 @@ def _read_part(path: Path) -> _ReadPart:
     return _ReadPart(path, index, count, manifest)
 
 
+#: What differs from part to part of one plan: its files, and so their
+#: bytes and the manifest's checksum.
+_PART_FIELDS = ("files", "token_files", "total_bytes", "manifest_checksum")
+
+
 def _plan_fields(manifest: dict[str, Any]) -> dict[str, Any]:
     """What every part of one plan has the same: all but its files."""
-    return {k: v for k, v in manifest.items() if k not in ("files", "manifest_checksum")}
+    return {k: v for k, v in manifest.items() if k not in _PART_FIELDS}
 
 
 def merge_plan(
@@ -229,6 +249,14 @@ def merge_plan(
     ordered = [by_index[i] for i in range(first.count)]
     document = dict(first.manifest)
     document["files"] = [f for p in ordered for f in p.manifest.get("files", [])]
+    listed = list(document["files"])
+    if "token_files" in document:
+        document["token_files"] = [f for p in ordered for f in p.manifest["token_files"]]
+        listed += document["token_files"]
+    space_files = document.get("space", {}).get("files", []) if "space" in document else []
+    document["total_bytes"] = sum(
+        f.get("bytes", 0) for f in listed + list(space_files) if isinstance(f, dict)
+    )
     del document["manifest_checksum"]
     document["manifest_checksum"] = manifest_checksum(document)
     # The assembled manifest passes every check of a whole plan's (each part
@@ -238,7 +266,7 @@ def merge_plan(
     except PlanError as e:
         raise PlanError(f"the parts do not make a whole plan: {e}") from None
     for p in ordered:
-        for f in p.manifest["files"]:
+        for f in _listed_files(p.manifest):
             size = _size(p.path / f["path"])
             if size != f["bytes"]:
                 raise PlanError(
@@ -247,6 +275,11 @@ def merge_plan(
                 )
     _assemble(out, force, ordered, document)
     return open_plan(out)
+
+
+def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """A (checked) part's files: its rank files and token files."""
+    return [*manifest["files"], *manifest.get("token_files", [])]
 
 
 def _size(path: Path) -> int:
@@ -271,7 +304,7 @@ def _assemble(out: Path, force: bool, parts: list[_ReadPart], document: dict[str
         raise
     try:
         for p in parts:
-            for f in p.manifest["files"]:
+            for f in _listed_files(p.manifest):
                 _link(p.path / f["path"], tmp / f["path"])
         space = parts[0].path / SPACE_DIR
         if space.is_dir():
@@ -313,11 +346,17 @@ def is_part(path: str | os.PathLike[str]) -> bool:
     return (root / PART_FILE).is_file() and not (root / MANIFEST).exists()
 
 
-def verify_part(path: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
+def verify_part(path: str | os.PathLike[str], *, progress: Progress | None = None) -> bool:
     """Checks one part of a plan: its ``part.json``, and each of its rank
     files' header, size, checksum and every id against the plan. Coverage
     (every sample once an epoch) is the merged plan's to check
-    (:func:`~epochplan.planfile.verify_plan`).
+    (:func:`~epochplan.planfile.verify_plan`). A token plan's part: every
+    file's size and checksum, and, when its lengths file can be read as the
+    part records it, every file against its ranks dealt again.
+
+    Returns:
+        Whether every id was checked against the plan (False only for a
+        token plan's part whose lengths file cannot be read).
 
     Raises:
         PlanError: naming the file and its first violation.
@@ -329,6 +368,8 @@ def verify_part(path: str | os.PathLike[str], *, progress: Progress | None = Non
     spec = parsed.spec
     if parsed.space is not None:
         spec = spec.replace(num_samples=parsed.space.build(p.path, where))
+    if parsed.tokens is not None:
+        return verify_token_part(p.path, parsed, spec, progress)
     total = sum(f.bytes for f in parsed.files)
     base = 0
     for epoch in parsed.epochs:
@@ -353,3 +394,4 @@ def verify_part(path: str | os.PathLike[str], *, progress: Progress | None = Non
             ranks=[f.rank for f in entries],
         )
         base += sum(f.bytes for f in entries)
+    return True

@@ -117,8 +117,8 @@ def write_plan(
     stored_space(spec)
     world_size, epoch_list = checked_files(world_size, epochs)
     force = bool_arg(force, "force")  # a truthy string would replace a plan
-    spec = _apply_oversize(spec, max_tokens)
-    tokens = _token_args(spec, world_size, micro_batch_size, max_tokens)
+    spec = apply_oversize_cap(spec, max_tokens)
+    tokens = token_args(spec, world_size, micro_batch_size, max_tokens)
 
     # Parents created for `out` go again if the write fails (when still empty).
     new_parents = [p for p in out.parents if not p.exists()]
@@ -145,7 +145,7 @@ def stored_space(spec: PlanSpec) -> Selection | Mixture | None:
     return space
 
 
-def _apply_oversize(spec: PlanSpec, max_tokens: Any) -> PlanSpec:
+def apply_oversize_cap(spec: PlanSpec, max_tokens: Any) -> PlanSpec:
     """The spec that carries out its tokens' ``oversize`` policy for
     ``max_tokens``: its space less the samples over the cap (``"skip"``),
     or its tokens cut to the cap (``"truncate"``)."""
@@ -166,7 +166,7 @@ class _TokenArgs:
         return _native.TokenDealer(spec.plan(epoch), world_size, **self.kwargs)
 
 
-def _token_args(
+def token_args(
     spec: PlanSpec, world_size: int, micro_batch_size: Any, max_tokens: Any
 ) -> _TokenArgs | None:
     """The token arguments checked before any disk work (every value read
@@ -312,7 +312,9 @@ def _write_new_plan(
 
         def need(block: int) -> int:
             plan_bytes = token_plan_bytes(spec, world_size, epochs, has_loss, block)
-            return plan_bytes + space_bytes(stored, block)
+            # A part's share of the plan's files (about: ranks' counts differ).
+            share = -(-plan_bytes * len(mine) // (world_size * epochs))
+            return share + space_bytes(stored, block)
 
     try:
         tmp, lock = _prepare_output(out, force, spec, need)
@@ -352,6 +354,7 @@ def _write_new_plan(
                     tokens.dealer(spec, epoch, world_size),
                     tokens.info.roles,
                     report,
+                    ranks if part is not None else None,
                 )
                 files += written[0]
                 token_files += written[1]

@@ -71,10 +71,12 @@ impl TokenDealer {
     /// Writes the epoch's token plan files (new files: per rank its ids,
     /// offsets, lengths and loss tokens, only when there are loss tokens;
     /// the step table) with every core, in memory that does not depend on
-    /// `N`. Returns `(count, bytes, blake3 hex)` of the ids files, rank by
+    /// `N`. `ranks`: the ranks the per-rank paths are for (increasing; all
+    /// by default), and `steps` None when another part holds the step
+    /// table. Returns `(count, bytes, blake3 hex)` of the ids files, rank by
     /// rank, and of the token files in the manifest's order: the step table,
     /// then per rank its offsets, lengths (and loss tokens).
-    #[pyo3(signature = (ids, offsets, lengths, loss_tokens, steps, *, fsync = true, progress = None))]
+    #[pyo3(signature = (ids, offsets, lengths, loss_tokens, steps, *, ranks = None, fsync = true, progress = None))]
     #[allow(clippy::too_many_arguments)]
     fn write_files(
         &self,
@@ -83,7 +85,8 @@ impl TokenDealer {
         offsets: Vec<PathBuf>,
         lengths: Vec<PathBuf>,
         loss_tokens: Option<Vec<PathBuf>>,
-        steps: PathBuf,
+        steps: Option<PathBuf>,
+        ranks: Option<Vec<u64>>,
         fsync: bool,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<FileLists> {
@@ -93,6 +96,7 @@ impl TokenDealer {
             ));
         }
         let paths = TokenPaths {
+            ranks: ranks.unwrap_or_else(|| (0..self.world_size).collect()),
             ids,
             offsets,
             lengths,
@@ -110,7 +114,7 @@ impl TokenDealer {
             planfile::write_token_files(plan, arrays, w, caps, &paths, fsync, report)
         })?;
         let row = |i: &FileInfo| (i.count, i.bytes, i.checksum.clone());
-        let mut token = vec![row(&files.steps)];
+        let mut token: Vec<_> = files.steps.iter().map(row).collect();
         for r in 0..files.ids.len() {
             token.push(row(&files.offsets[r]));
             token.push(row(&files.lengths[r]));

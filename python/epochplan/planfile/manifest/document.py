@@ -265,8 +265,6 @@ class Manifest:
         # (a part) its own, in increasing order.
         places = list(range(len(files)))
         if part:
-            if has_tokens:
-                raise PlanError(f"{where}: a part of a token plan cannot be read by this release")
             places = [_place(f, epochs, w, i, where) for i, f in enumerate(files)]
             if places != sorted(set(places)):
                 raise PlanError(f"{where}: the files of a part must be distinct and in order")
@@ -287,7 +285,7 @@ class Manifest:
             )
         counts = spec.rank_counts(w)
         if has_tokens:
-            counts = _token_counts(files, counts, epochs, where)
+            counts = _token_counts(files, counts, epochs, places, where)
         entries = []
         for i, entry in enumerate(files):
             epoch, rank = epochs[places[i] // w], places[i] % w
@@ -313,7 +311,7 @@ class Manifest:
             entries.append(FileEntry(**want, blake3=digest))
         tokens = None
         if has_tokens:
-            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts, cut)
+            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts, cut, places)
             total_bytes = sum(f.bytes for f in entries) + sum(f.bytes for f in tokens.files)
         else:
             total_bytes = files_bytes(counts, len(epochs))
@@ -342,11 +340,13 @@ def _place(entry: Any, epochs: list[int], w: int, i: int, where: Path) -> int:
 
 
 def _token_counts(
-    files: list[Any], strided: list[int], epochs: list[int], where: Path
+    files: list[Any], strided: list[int], epochs: list[int], places: list[int], where: Path
 ) -> list[int]:
     """The rank files' counts of a token plan, file by file: each an int in
     [0, N], and an epoch's summing to the samples of its steps (a balanced
-    dealing gives ranks other counts than the strided one, the same total)."""
+    dealing gives ranks other counts than the strided one, the same total)
+    when the files (at ``places``: a part's may hold part of an epoch) hold
+    the whole epoch."""
     counts: list[int] = []
     for i, entry in enumerate(files):
         count = entry.get("count") if isinstance(entry, dict) else None
@@ -355,8 +355,9 @@ def _token_counts(
         counts.append(count)
     w, total = len(strided), sum(strided)
     for e, epoch in enumerate(epochs):
-        got = sum(counts[e * w : (e + 1) * w])
-        if got != total:
+        mine = [i for i, place in enumerate(places) if place // w == e]
+        got = sum(counts[i] for i in mine)
+        if len(mine) == w and got != total:
             raise PlanError(
                 f"{where}: the rank files of epoch {epoch} hold {got} ids, its steps {total}"
             )

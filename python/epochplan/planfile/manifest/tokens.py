@@ -149,11 +149,15 @@ class TokenInfo:
         num_steps: int,
         rank_counts: Sequence[int],
         cut: bool = False,
+        places: Sequence[int] | None = None,
     ) -> TokenInfo:
         """Checks a token plan's ``tokens`` and ``token_files`` against the
         epochs, the world size, the step count and the rank files' counts
-        (``rank_counts``, epoch after epoch); ``cut``: the manifest's version
-        is ``CUT_PLAN_FILE_VERSION`` (its tokens hold a ``max_length``)."""
+        (``rank_counts``, one per rank file); ``cut``: the manifest's version
+        is ``CUT_PLAN_FILE_VERSION`` (its tokens hold a ``max_length``);
+        ``places``: the rank files' places (epoch-major) when they are a
+        part's, whose token files are those of its ranks, with an epoch's
+        step table where the part holds the epoch's rank 0."""
         t = m.get("tokens")
         if not isinstance(t, dict):
             raise PlanError(f"{where}: a token plan's manifest needs a 'tokens' object")
@@ -200,12 +204,14 @@ class TokenInfo:
         if not isinstance(files, list):
             raise PlanError(f"{where}: a token plan's manifest needs a 'token_files' list")
         want: list[tuple[int, int | None, str, int]] = []
-        for i, epoch in enumerate(epochs):
-            want.append((epoch, None, "steps", len(STEP_COLUMNS) * num_steps))
-            for rank in range(world_size):
-                count = rank_counts[i * world_size + rank]
-                for role in info.roles:
-                    want.append((epoch, rank, role, num_steps + 1 if role == "offsets" else count))
+        if places is None:
+            places = range(len(epochs) * world_size)
+        for place, count in zip(places, rank_counts, strict=True):
+            epoch, rank = epochs[place // world_size], place % world_size
+            if rank == 0:
+                want.append((epoch, None, "steps", len(STEP_COLUMNS) * num_steps))
+            for role in info.roles:
+                want.append((epoch, rank, role, num_steps + 1 if role == "offsets" else count))
         if len(files) != len(want):
             raise PlanError(f"{where}: lists {len(files)} token files, expected {len(want)}")
         entries = []

@@ -7,20 +7,24 @@ the file's digest and every id against the dealing recomputed from it)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import epochplan._native as _native
-from epochplan._native import PlanSpec, Tokens
+from epochplan._native import MixtureEpoch, PlanSpec, Tokens
 from epochplan.planfile.errors import PlanError
-from epochplan.planfile.manifest import FileEntry
-from epochplan.planfile.manifest.tokens import ArraySource, TokenFile
+from epochplan.planfile.manifest import FileEntry, Manifest
+from epochplan.planfile.manifest.tokens import ArraySource, TokenFile, TokenInfo
 from epochplan.planfile.reader import PlanDirectory
 from epochplan.planfile.space import store_size
+from epochplan.planfile.tokens.write import write_token_epoch
 
-__all__ = ["lengths_unreachable", "verify_token_plan"]
+__all__ = ["lengths_unreachable", "verify_token_part", "verify_token_plan"]
 
 
 def _open_source(source: ArraySource, num_samples: int) -> Any:
@@ -56,8 +60,12 @@ def _listed(d: PlanDirectory, entry: TokenFile | FileEntry) -> tuple[str, int, i
 
 def _token_spec(d: PlanDirectory, file_lengths: Any, file_loss: Any) -> PlanSpec:
     """The directory's spec with the lengths files as its tokens."""
-    info = d.tokens
-    assert info is not None
+    assert d.tokens is not None
+    return _with_tokens(d.spec, d.tokens, file_lengths, file_loss)
+
+
+def _with_tokens(spec: PlanSpec, info: TokenInfo, file_lengths: Any, file_loss: Any) -> PlanSpec:
+    """``spec`` with the lengths files as the tokens ``info`` records."""
     cost = info.cost if isinstance(info.cost, str) else (info.cost[0], info.cost[1])
     tokens = Tokens(
         file_lengths,
@@ -66,7 +74,21 @@ def _token_spec(d: PlanDirectory, file_lengths: Any, file_loss: Any) -> PlanSpec
         loss_normalization=info.loss_normalization,
         max_length=info.max_length,
     )
-    return d.spec.replace(tokens=tokens)
+    return spec.replace(tokens=tokens)
+
+
+def _check_digests(root: Path, info: TokenInfo, plan: Any) -> None:
+    """The digests of the lengths files ``plan`` reads are the ones ``info``
+    recorded when the plan was written."""
+    loss_digest = None if info.loss_tokens is None else info.loss_tokens.digest
+    recorded = (info.lengths.digest, loss_digest)
+    state = plan.state_dict()
+    digests = (state["lengths_digest"], state["loss_tokens_digest"])
+    if digests != recorded:
+        raise PlanError(
+            f"{root}: the lengths files' digests {digests} are not the manifest's "
+            f"{recorded}: the files changed since the plan was written"
+        )
 
 
 def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | None) -> bool:
@@ -109,15 +131,7 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
             max_tokens=info.max_tokens,
         )
         if reachable and epoch == d.epochs[0]:
-            loss_digest = None if info.loss_tokens is None else info.loss_tokens.digest
-            recorded = (info.lengths.digest, loss_digest)
-            state = plan.state_dict()
-            digests = (state["lengths_digest"], state["loss_tokens_digest"])
-            if digests != recorded:
-                raise PlanError(
-                    f"{d.path}: the lengths files' digests {digests} are not the manifest's "
-                    f"{recorded}: the files changed since the plan was written"
-                )
+            _check_digests(d.path, info, plan)
         if dealing is not None:
             raise dealing
         done += sum(f.bytes for f in d.parsed.epoch_files(index))
@@ -125,3 +139,65 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
         if progress is not None:
             progress(done, total)
     return reachable
+
+
+def verify_token_part(
+    root: Path, parsed: Manifest, spec: PlanSpec, progress: Callable[[int, int], None] | None
+) -> bool:
+    """Verifies the part of a token plan at ``root`` (its manifest
+    ``parsed``; ``spec`` over the part's space): every file's size and
+    checksum, then, when the lengths file is reachable, every file against
+    the part's ranks dealt again from it (written beside the part and
+    compared by checksum). Coverage, the balance and the equal counts are
+    the merged plan's to check. Returns whether the lengths were reachable."""
+    info = parsed.tokens
+    assert info is not None
+    listed: list[FileEntry | TokenFile] = [*parsed.files, *info.files]
+    total = 2 * sum(f.bytes for f in listed)
+    done = 0
+    for f in listed:
+        path = root / f.path
+        size = path.stat().st_size if path.is_file() else None
+        if size != f.bytes:
+            raise PlanError(f"{path}: has {size} bytes, the part lists {f.bytes}")
+        if _native.file_checksum(path) != f.blake3:
+            raise PlanError(f"{path}: its checksum is not the one the part lists")
+        done += f.bytes
+        if progress is not None:
+            progress(done, total)
+    space = spec.space
+    assert not isinstance(space, MixtureEpoch)  # a directory stores the mixture
+    store = store_size(space, spec.num_samples)
+    try:
+        file_lengths = _open_source(info.lengths, store)
+        file_loss = None if info.loss_tokens is None else _open_source(info.loss_tokens, store)
+    except (OSError, ValueError):
+        return False
+    spec = _with_tokens(spec, info, file_lengths, file_loss)
+    _check_digests(root, info, spec.plan(parsed.epochs[0]))
+    w = parsed.world_size
+    kwargs = {"micro_batch_size": info.micro_batch_size, "max_tokens": info.max_tokens}
+    with tempfile.TemporaryDirectory(prefix=".verify-", dir=root) as scratch:
+        for epoch in parsed.epochs:
+            ranks = [f.rank for f in parsed.files if f.epoch == epoch]
+            if not ranks:
+                continue
+            dealer = _native.TokenDealer(spec.plan(epoch), w, **kwargs)
+            (Path(scratch) / f"epoch-{epoch:04d}").mkdir()
+            rank_files, token_files = write_token_epoch(
+                Path(scratch), epoch, w, dealer, info.roles, None, ranks
+            )
+            mine: list[FileEntry | TokenFile] = [f for f in parsed.files if f.epoch == epoch]
+            mine += [f for f in info.files if f.epoch == epoch]
+            dealt: list[FileEntry | TokenFile] = [*rank_files, *token_files]
+            for want, got in zip(mine, dealt, strict=True):
+                if (want.path, want.blake3) != (got.path, got.blake3):
+                    raise PlanError(
+                        f"{root / want.path}: not the plan's file (dealt again from "
+                        f"{info.lengths.path}, its checksum differs)"
+                    )
+            done += sum(f.bytes for f in mine)
+            if progress is not None:
+                progress(done, total)
+            shutil.rmtree(Path(scratch) / f"epoch-{epoch:04d}")
+    return True

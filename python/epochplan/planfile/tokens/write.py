@@ -68,12 +68,17 @@ def write_token_epoch(
     dealer: _native.TokenDealer,
     roles: tuple[str, ...],
     report: Callable[[int], None] | None,
+    ranks: list[int] | None = None,
 ) -> tuple[list[FileEntry], list[TokenFile]]:
     """Writes one epoch of a token plan into ``tmp`` with the native writer
     (every core, memory independent of the plan's size): per rank its ids in
     dealing order and its token files of ``roles``, and the epoch's step
-    table. ``report(samples)`` is called as samples are written."""
-    ranks = range(world_size)
+    table. With ``ranks`` (a part's), those ranks' files only, and the step
+    table with rank 0's. ``report(samples)`` is called as samples are
+    written (every sample of the epoch is dealt, whichever ranks are
+    written)."""
+    ranks = list(range(world_size)) if ranks is None else ranks
+    has_table = bool(ranks) and ranks[0] == 0
 
     def paths(role: str) -> list[str]:
         return [str(tmp / token_file_name(epoch, r, role)) for r in ranks]
@@ -83,14 +88,16 @@ def write_token_epoch(
         paths("offsets"),
         paths("lengths"),
         paths("loss_tokens") if "loss_tokens" in roles else None,
-        str(tmp / token_file_name(epoch, None, "steps")),
+        str(tmp / token_file_name(epoch, None, "steps")) if has_table else None,
+        ranks=ranks,
         progress=report,
     )
     rank_files = [
         FileEntry(epoch, r, rank_file_name(epoch, r), count, nbytes, digest)
         for r, (count, nbytes, digest) in zip(ranks, ids, strict=True)
     ]
-    names = [(None, "steps")] + [(r, role) for r in ranks for role in roles]
+    table: list[tuple[int | None, str]] = [(None, "steps")] if has_table else []
+    names = table + [(r, role) for r in ranks for role in roles]
     token_files = [
         TokenFile(epoch, r, role, token_file_name(epoch, r, role), count, nbytes, digest)
         for (r, role), (count, nbytes, digest) in zip(names, token, strict=True)

@@ -40,11 +40,12 @@ impl Dir {
                 .collect()
         };
         TokenPaths {
+            ranks: (0..w as u64).collect(),
             ids: rank("ids"),
             offsets: rank("offsets"),
             lengths: rank("lengths"),
             loss_tokens: None,
-            steps: self.0.join("steps.npy"),
+            steps: Some(self.0.join("steps.npy")),
         }
     }
 }
@@ -77,8 +78,8 @@ fn epoch_files(paths: &TokenPaths, files: &TokenFiles) -> TokenEpochFiles {
         lengths: expected(&paths.lengths, &files.lengths),
         loss_tokens: None,
         steps: expected(
-            std::slice::from_ref(&paths.steps),
-            std::slice::from_ref(&files.steps),
+            std::slice::from_ref(paths.steps.as_ref().unwrap()),
+            std::slice::from_ref(files.steps.as_ref().unwrap()),
         )
         .remove(0),
     }
@@ -129,7 +130,7 @@ fn written_files_hold_every_steps_dealing_and_verify() {
         assert_eq!(values(&paths.lengths[r]), want);
         assert_eq!(files.ids[r].checksum, file_checksum(&paths.ids[r]).unwrap());
     }
-    assert_eq!(values(&paths.steps), table);
+    assert_eq!(values(paths.steps.as_ref().unwrap()), table);
     let check = TokenCheck {
         plan: &plan,
         world_size: w as u64,
@@ -149,6 +150,22 @@ fn written_files_hold_every_steps_dealing_and_verify() {
     };
     let err = verify_token_files(check, &listed, Some(other), &mut |_| true).unwrap_err();
     assert!(err.to_string().contains("the lengths file has"), "{err}");
+    // A part's ranks alone (rank 1 and 2, no step table): the same bytes.
+    let part_dir = Dir::new("roundtrip-part");
+    let mut part = part_dir.paths(w);
+    part.ranks = vec![1, 2];
+    for role in [&mut part.ids, &mut part.offsets, &mut part.lengths] {
+        role.remove(0);
+    }
+    part.steps = None;
+    let written =
+        write_token_files(&plan, arrays, w as u64, caps, &part, false, &mut |_| true).unwrap();
+    assert!(written.steps.is_none());
+    assert_eq!(written.ids, files.ids[1..]);
+    assert_eq!(written.offsets, files.offsets[1..]);
+    assert_eq!(written.lengths, files.lengths[1..]);
+    part.ranks = vec![2, 1];
+    assert!(write_token_files(&plan, arrays, w as u64, caps, &part, false, &mut |_| true).is_err());
 }
 
 #[test]

@@ -50,6 +50,9 @@ impl std::fmt::Debug for TokenArraysRef<'_> {
 /// Where an epoch's token plan files go (each created new).
 #[derive(Debug, Clone)]
 pub struct TokenPaths {
+    /// The ranks whose files are written, increasing (every rank of the
+    /// epoch, or a part's ranks): the per-rank paths below are theirs.
+    pub ranks: Vec<u64>,
     /// Per rank, its ids.
     pub ids: Vec<PathBuf>,
     /// Per rank, its step offsets.
@@ -58,8 +61,8 @@ pub struct TokenPaths {
     pub lengths: Vec<PathBuf>,
     /// Per rank, its loss tokens (only when they are not the lengths).
     pub loss_tokens: Option<Vec<PathBuf>>,
-    /// The epoch's step table.
-    pub steps: PathBuf,
+    /// The epoch's step table, unless a part written elsewhere holds it.
+    pub steps: Option<PathBuf>,
 }
 
 /// What was written for one epoch, file by file as [`TokenPaths`] names them.
@@ -73,8 +76,8 @@ pub struct TokenFiles {
     pub lengths: Vec<FileInfo>,
     /// Per rank, its loss tokens file.
     pub loss_tokens: Option<Vec<FileInfo>>,
-    /// The step table.
-    pub steps: FileInfo,
+    /// The step table, when it was written.
+    pub steps: Option<FileInfo>,
 }
 
 /// A value of a plan file, or the error saying it does not fit in one.
@@ -304,16 +307,27 @@ impl RankOut<'_> {
 }
 
 fn check_paths(paths: &TokenPaths, world_size: u64) -> Result<()> {
-    let w = world_size as usize;
+    if let Some(w) = paths.ranks.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(Error::Value(format!(
+            "ranks must increase, got {} then {}",
+            w[0], w[1]
+        )));
+    }
+    if let Some(r) = paths.ranks.iter().find(|&&r| r >= world_size) {
+        return Err(Error::Value(format!(
+            "ranks must be below the world size ({world_size}), got {r}"
+        )));
+    }
+    let n = paths.ranks.len();
     let lens = [
         paths.ids.len(),
         paths.offsets.len(),
         paths.lengths.len(),
-        paths.loss_tokens.as_ref().map_or(w, Vec::len),
+        paths.loss_tokens.as_ref().map_or(n, Vec::len),
     ];
-    if lens.iter().any(|&n| n as u64 != world_size) {
+    if lens.iter().any(|&len| len != n) {
         return Err(Error::Value(format!(
-            "paths must hold one path per rank ({world_size}) for every role, got {lens:?}"
+            "paths must hold one path per rank written ({n}) for every role, got {lens:?}"
         )));
     }
     Ok(())
@@ -359,7 +373,7 @@ fn write_epoch(
     done: &AtomicU64,
     stop: &AtomicBool,
 ) -> Result<TokenFiles> {
-    let w = world_size as usize;
+    let w = paths.ranks.len();
     let loss_paths = paths.loss_tokens.as_deref();
     let mut ranks: Vec<RankOut<'_>> = (0..w)
         .map(|r| RankOut {
@@ -374,7 +388,7 @@ fn write_epoch(
         .iter()
         .flat_map(|r| [Some(r.ids), Some(r.offsets), Some(r.lengths), r.loss_tokens])
         .flatten()
-        .chain([paths.steps.as_path()])
+        .chain(paths.steps.as_deref())
         .collect();
     for path in &all {
         create(path)?;
@@ -396,16 +410,14 @@ fn write_epoch(
         parallel::install(|| {
             ranks
                 .par_iter_mut()
-                .enumerate()
-                .map(|(r, out)| out.append(r, &steps))
+                .zip(&paths.ranks)
+                .map(|(out, &r)| out.append(r as usize, &steps))
                 .collect::<Vec<_>>()
         })
         .and_then(first_error)?;
-        append(
-            &paths.steps,
-            steps.iter().map(|s| &s.row[..]),
-            &mut table_bytes,
-        )?;
+        if let Some(table) = &paths.steps {
+            append(table, steps.iter().map(|s| &s.row[..]), &mut table_bytes)?;
+        }
         done.fetch_add(
             steps.iter().map(|s| s.ids.len() as u64).sum::<u64>(),
             Ordering::Relaxed,
@@ -426,7 +438,12 @@ fn write_epoch(
             ]
         })
         .flatten()
-        .chain([(paths.steps.as_path(), STEP_COLUMNS as u64 * num_steps)])
+        .chain(
+            paths
+                .steps
+                .as_deref()
+                .map(|table| (table, STEP_COLUMNS as u64 * num_steps)),
+        )
         .collect();
     let mut infos = parallel::install(|| {
         jobs.par_iter()
@@ -441,11 +458,7 @@ fn write_epoch(
         offsets: Vec::with_capacity(w),
         lengths: Vec::with_capacity(w),
         loss_tokens: loss_paths.map(|_| Vec::with_capacity(w)),
-        steps: FileInfo {
-            count: 0,
-            bytes: 0,
-            checksum: String::new(),
-        },
+        steps: None,
     };
     let lost = || Error::Value("a token plan file's record is missing".into());
     for _ in 0..w {
@@ -457,7 +470,12 @@ fn write_epoch(
             loss.push(next()?);
         }
     }
-    files.steps = infos.next().ok_or_else(lost)?;
-    debug_assert_eq!(jobs.len(), w * per_rank + 1);
+    if paths.steps.is_some() {
+        files.steps = Some(infos.next().ok_or_else(lost)?);
+    }
+    debug_assert_eq!(
+        jobs.len(),
+        w * per_rank + usize::from(paths.steps.is_some())
+    );
     Ok(files)
 }
