@@ -134,10 +134,13 @@ def _mixture(spec: Mapping[str, Any], base: Path, where: str) -> Mixture:
             isinstance(p, list) and len(p) == 2 for p in phases
         ):
             raise TypeError(
-                f"{where}['phases'] must be a list of [start_epoch, values] pairs, "
-                f"got {_json_type(phases)}"
+                f"{where}['phases'] must be a list of [start, values] pairs (a start is an "
+                f"epoch or [epoch, position]), got {_json_type(phases)}"
             )
-        rules["phases"] = [tuple(p) for p in phases]
+        # JSON has no tuples: a start [epoch, position] is the Mixture's pair.
+        rules["phases"] = [
+            (tuple(start) if isinstance(start, list) else start, values) for start, values in phases
+        ]
     return Mixture(given, **rules, seed=_int(spec, "seed", where, default=0))
 
 

@@ -101,15 +101,26 @@ def render() -> str:
         "# tests/test_golden_spaces.py, which names the spaces.",
         *("# " + line for line in __doc__.splitlines()[2:8]),
     ]
-    for entry in GRID:
+    return "\n".join(rows + entry_rows(GRID, digest)) + "\n"
+
+
+def entry_rows(grid: list[tuple], digest: Callable[[tuple], tuple]) -> list[str]:
+    """The two lines of each entry of ``grid``."""
+    rows = []
+    for entry in grid:
         h, d, head = digest(entry)
         rows.append(" ".join(map(str, entry)) + f" {h} {d}")
         rows.append("  " + (" ".join(map(str, head)) or "-"))
-    return "\n".join(rows) + "\n"
+    return rows
 
 
 def table() -> dict[tuple, tuple[str, str, list[int]]]:
-    lines = [line.split() for line in TABLE.read_text().splitlines() if not line.startswith("#")]
+    return read_table(TABLE)
+
+
+def read_table(path: Path) -> dict[tuple, tuple[str, str, list[int]]]:
+    """A table of these lines: each entry's digests and ids."""
+    lines = [line.split() for line in path.read_text().splitlines() if not line.startswith("#")]
     out = {}
     for i in range(0, len(lines), 2):
         name, kind, *numbers, h, d = lines[i]

@@ -1,5 +1,7 @@
-"""Mixture schedules (DESIGN.md section 11), phases at epochs: over random
-schedules, each epoch's per-source counts are exactly its phase's quotas;
+"""Mixture schedules (DESIGN.md section 11), phases at epochs and inside
+them: over random schedules, each epoch's per-source counts are exactly its
+phase's quotas (a segment's, apportioned, where a phase starts inside the
+epoch);
 each source's passes continue across phases (after c samples of a source
 of n, every sample was shown floor(c / n) or ceil(c / n) times: none lost
 or repeated within a pass); the stratified prefix bound holds inside every
@@ -10,6 +12,7 @@ consumed counts before it (so the golden vectors of mixtures cover it)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 
@@ -79,9 +82,76 @@ def test_phases_keep_exact_counts_continuing_passes_and_the_prefix_bound(
         assert epoch.consumed_after == consumed
 
 
+def apportion(quotas: list[int], length: int) -> list[int]:
+    """The schedule's rule: floor(q_k * L / S), then largest remainders."""
+    total = sum(quotas)
+    if length == total:
+        return list(quotas)
+    out = [q * length // total for q in quotas]
+    order = sorted(range(len(quotas)), key=lambda k: (-(quotas[k] * length % total), k))
+    for k in order[: length - sum(out)]:
+        out[k] += 1
+    return out
+
+
+@st.composite
+def inside_schedules(draw: st.DrawFn) -> tuple[ep.Mixture, int]:
+    """Schedules whose phases may start inside epochs: ``(epoch, position)``."""
+    k = draw(st.integers(1, 3))
+    sizes = draw(st.lists(st.integers(1, 30), min_size=k, max_size=k))
+    total = draw(st.integers(2, 60))
+
+    def quotas() -> list[int]:
+        cuts = sorted(draw(st.lists(st.integers(0, total), min_size=k - 1, max_size=k - 1)))
+        return [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+
+    points = st.tuples(st.integers(0, 5), st.integers(0, total - 1))
+    starts = sorted(set(draw(st.lists(points, max_size=5))) - {(0, 0)})
+    phases = [((e, p) if p else e, quotas()) for e, p in starts]
+    mix = ep.Mixture(sizes, quotas=quotas(), seed=draw(st.integers(0, 3)), phases=phases)
+    return mix, draw(st.integers(1, 7))
+
+
+@settings(max_examples=150, deadline=None)
+@given(planned=inside_schedules())
+def test_phases_inside_epochs_keep_exact_segments_and_continuing_passes(
+    planned: tuple[ep.Mixture, int],
+) -> None:
+    mix, epochs = planned
+    sizes, k, s = mix.sizes, len(mix.sizes), len(mix)
+    starts = [(st_, q) if isinstance(st_, tuple) else ((st_, 0), q) for st_, q in mix.phases]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    shown = [np.zeros(n, dtype=np.int64) for n in sizes]
+    consumed = [0] * k
+    bound = max(0.5, math.ceil(math.log2(k)) / 2) if k > 1 else 0.0
+    for e in range(epochs):
+        epoch = mix.epoch(e)
+        assert epoch.consumed == consumed  # the closed form is the running sum
+        ids, src = np.asarray(epoch), epoch.sources(np.arange(s))
+        cuts = sorted({0, s} | {p for (se, p), _ in starts if se == e and p > 0})
+        for a, b in itertools.pairwise(cuts):
+            phase = [q for start, q in starts if start <= (e, a)][-1]
+            want = apportion(phase, b - a)
+            seg_ids, seg_src = ids[a:b], src[a:b]
+            # The segment is the frozen epoch of a plain mixture of its quotas.
+            plain = ep.Mixture(sizes, quotas=want, seed=mix.seed).epoch(0, consumed=consumed)
+            assert np.array_equal(np.asarray(plain), seg_ids)
+            for j in range(k):
+                assert int((seg_src == j).sum()) == want[j]  # exact per segment
+                np.add.at(shown[j], seg_ids[seg_src == j] - offsets[j], 1)
+                consumed[j] += want[j]
+                c, n = consumed[j], sizes[j]
+                assert set(np.unique(shown[j])) <= {c // n, -(-c // n)}  # passes continue
+                prefix = np.cumsum(seg_src == j)  # the stratified bound, in the segment
+                expected = np.arange(1, b - a + 1) * want[j] / (b - a)
+                assert np.abs(prefix - expected).max() <= bound + 1e-9
+        assert epoch.consumed_after == consumed
+        assert epoch.quotas == mix.quotas_at(e)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
-    planned=schedules(),
+    planned=st.one_of(schedules(), inside_schedules()),
     g=st.integers(1, 12),
     w=st.integers(1, 5),
     w2=st.integers(1, 5),
@@ -141,20 +211,21 @@ def test_a_sampler_follows_the_schedule_and_resumes_in_a_later_phase() -> None:
 def test_phases_pickle_and_travel_in_plan_directories(tmp_path) -> None:
     from epochplan.planfile import open_plan, write_plan
 
-    mix = ep.Mixture([5, 7], quotas=[4, 2], seed=2, phases=[(2, [1, 5]), (3, [3, 3])])
+    # A phase at epoch 2, then one from position 4 of epoch 3.
+    mix = ep.Mixture([5, 7], quotas=[4, 2], seed=2, phases=[(2, [1, 5]), ((3, 4), [3, 3])])
     back = pickle.loads(pickle.dumps(mix))
-    assert back.phases == mix.phases and "phases=" in repr(mix)
-    assert np.array_equal(np.asarray(back.epoch(4)), np.asarray(mix.epoch(4)))
-    write_plan(tmp_path / "p", ep.PlanSpec(mix, 3), 2, epochs=range(4))
+    assert back.phases == mix.phases and "phases=[(2, [1, 5]), ((3, 4), [3, 3])]" in repr(mix)
+    assert np.array_equal(np.asarray(back.epoch(3)), np.asarray(mix.epoch(3)))
+    write_plan(tmp_path / "p", ep.PlanSpec(mix, 3), 2, epochs=range(5))
     d = open_plan(tmp_path / "p")
     assert d.space.phases == mix.phases
-    for e in range(4):
+    for e in range(5):
         got = np.sort(np.concatenate([d.rank_ids(e, r) for r in range(2)]))
         assert np.array_equal(got, np.sort(np.asarray(mix.epoch(e))))
 
 
 def test_bad_schedules_raise_errors_naming_the_phase() -> None:
-    with pytest.raises(ValueError, match=r"increasing epochs: phases\[2\] starts at 2"):
+    with pytest.raises(ValueError, match=r"increasing epochs \(and positions\): phases\[2\]"):
         ep.Mixture([3, 3], quotas=[1, 1], phases=[(2, [2, 0]), (2, [0, 2])])
     with pytest.raises(ValueError, match=r"phases\[1\] must keep the epoch's length 2"):
         ep.Mixture([3, 3], quotas=[1, 1], phases=[(1, [2, 1])])
@@ -168,3 +239,9 @@ def test_bad_schedules_raise_errors_naming_the_phase() -> None:
         ep.Mixture([3, 3], phases=[(1, [2, 0])])
     with pytest.raises(ValueError, match=r"phases\[1\]\[1\]"):
         ep.Mixture([3, 3], weights=[1, 1], phases=[(1, [-1.0, 2.0])])
+    with pytest.raises(ValueError, match=r"phases\[1\] must start inside its epoch"):
+        ep.Mixture([3, 3], quotas=[1, 1], phases=[((1, 2), [2, 0])])
+    with pytest.raises(ValueError, match=r"phases\[1\]\[0\] must start after the first"):
+        ep.Mixture([3, 3], quotas=[1, 1], phases=[((0, 0), [2, 0])])
+    with pytest.raises(ValueError, match="an epoch or a pair"):
+        ep.Mixture([3, 3], quotas=[1, 1], phases=[((1, 1, 1), [2, 0])])

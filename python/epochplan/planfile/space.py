@@ -219,7 +219,10 @@ def write_space(space: Selection | Mixture, tmp: Path) -> SpaceInfo:
             "seed": space.seed,
         }
         if len(space.phases) > 1:  # a schedule: each later phase's quotas
-            spec["phases"] = [[start, list(quotas)] for start, quotas in space.phases[1:]]
+            spec["phases"] = [
+                [list(start) if isinstance(start, tuple) else start, list(quotas)]
+                for start, quotas in space.phases[1:]
+            ]
     return SpaceInfo(spec, space_digest(space), tuple(files))
 
 

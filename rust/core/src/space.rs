@@ -29,6 +29,7 @@ mod distinct;
 mod interleave;
 mod mask;
 mod mixture;
+mod mixture_epoch;
 mod ranges;
 mod schedule;
 mod selection;
@@ -37,9 +38,10 @@ mod split;
 pub use interleave::Interleave;
 pub use mask::BitMask;
 pub use mixture::{
-    quotas_from_repeat, quotas_from_weights, Mixture, MixtureEpoch, QuotaRule, StepShuffle,
-    PASS_DOMAIN, STEP_DOMAIN,
+    quotas_from_repeat, quotas_from_weights, Mixture, QuotaRule, StepShuffle, PASS_DOMAIN,
+    STEP_DOMAIN,
 };
+pub use mixture_epoch::MixtureEpoch;
 pub use ranges::Ranges;
 pub use schedule::Schedule;
 pub use selection::{Indices, Permuted, Selection, SelectionKind, SharedIds};

@@ -6,8 +6,8 @@
 //! (O(ranges)); masks O(N/64) words; id arrays O(ids), so callers compute
 //! it once per space.
 
-use crate::space::mixture::MixtureEpoch;
 use crate::space::selection::{Selection, SelectionKind};
+use crate::space::MixtureEpoch;
 
 fn put(hasher: &mut blake3::Hasher, values: impl IntoIterator<Item = u64>) {
     let mut bytes = [0u8; 8 * 512];
@@ -83,10 +83,17 @@ impl MixtureEpoch {
                 put(&mut hasher, mixture.sizes());
             }
         }
-        put(
-            &mut hasher,
-            (0..k as usize).map(|s| self.interleave().quota(s)),
-        );
+        put(&mut hasher, self.quotas());
+        // An epoch that a phase starts inside: its segments too (an epoch of
+        // one segment hashes as it always did).
+        let segments = self.segments();
+        if segments.len() > 1 {
+            hasher.update(b"segments\0");
+            for (start, quotas) in segments {
+                put(&mut hasher, [start]);
+                put(&mut hasher, quotas);
+            }
+        }
         hex(&hasher)
     }
 }

@@ -32,9 +32,12 @@
 //!   bound above.
 //!
 //! The epoch's `S = q_0 + ... + q_{K-1}` positions are shared by the
-//! stratified [`Interleave`] (its module proves the per-prefix bound), so
+//! stratified [`Interleave`](crate::space::Interleave) (its module proves the per-prefix bound), so
 //! position `j` is element `consumed[k] + i` of source `k`'s sequence for
-//! `(k, i) = locate(j)`.
+//! `(k, i) = locate(j)`. An epoch inside which a phase of a schedule
+//! starts is cut into segments, each its own interleave, the sequences
+//! running on from one to the next (see the schedule module and
+//! [`MixtureEpoch`]).
 //!
 //! # Quotas
 //!
@@ -55,9 +58,8 @@ use crate::cipher::Cipher;
 use crate::error::{Error, Result};
 use crate::keys::{derive, Domain};
 use crate::order::MAX_SAMPLES;
-use crate::parallel;
-use crate::space::interleave::Interleave;
-use crate::space::selection::{check_indices_below, Selection};
+use crate::space::mixture_epoch::MixtureEpoch;
+use crate::space::selection::Selection;
 use std::sync::Arc;
 
 /// The key domain of the sources' passes.
@@ -73,7 +75,7 @@ pub const STEP_DOMAIN: Domain<'static> = Domain {
 };
 
 #[derive(Debug)]
-enum Sources {
+pub(crate) enum Sources {
     /// Concatenated datasets: their sizes and id offsets.
     Sizes { sizes: Vec<u64>, offsets: Vec<u64> },
     /// Selections: ids as they are.
@@ -103,7 +105,7 @@ pub enum QuotaRule {
 #[derive(Debug, Clone)]
 pub struct Mixture {
     seed: u64,
-    sources: Arc<Sources>,
+    pub(crate) sources: Arc<Sources>,
 }
 
 impl Mixture {
@@ -155,7 +157,7 @@ impl Mixture {
     }
 
     /// Source `k`'s size (`n_k`); `k < num_sources()`.
-    fn source_len(&self, k: usize) -> u64 {
+    pub(crate) fn source_len(&self, k: usize) -> u64 {
         match &*self.sources {
             Sources::Sizes { sizes, .. } => sizes[k],
             Sources::Selections(s) => s[k].len(),
@@ -255,13 +257,13 @@ impl Mixture {
     }
 
     /// [`Mixture::sequence_id`] for a source that exists and is not empty.
-    fn sequence_id_at(&self, k: usize, s: u64) -> u64 {
+    pub(crate) fn sequence_id_at(&self, k: usize, s: u64) -> u64 {
         let n = self.source_len(k);
         self.source_id(k, self.pass(k, s / n).apply(s % n))
     }
 
     /// The cipher of pass `p` of source `k`.
-    fn pass(&self, k: usize, p: u64) -> Cipher {
+    pub(crate) fn pass(&self, k: usize, p: u64) -> Cipher {
         Cipher::new(
             self.source_len(k),
             derive(self.seed, k as u64, PASS_DOMAIN, p),
@@ -274,6 +276,20 @@ impl Mixture {
         match &*self.sources {
             Sources::Sizes { offsets, .. } => offsets[k] + v,
             Sources::Selections(s) => s[k].id_at(v),
+        }
+    }
+
+    /// The epoch of consecutive segments taking `segments[j][k]` elements
+    /// of each source's sequence in turn, from element `consumed[k]` on (a
+    /// phase that starts inside the epoch cuts it into segments).
+    pub fn epoch_in_segments(
+        &self,
+        segments: &[Vec<u64>],
+        consumed: &[u64],
+    ) -> Result<MixtureEpoch> {
+        match segments {
+            [only] => self.epoch(only, consumed),
+            _ => MixtureEpoch::in_segments(self.clone(), segments, consumed),
         }
     }
 
@@ -302,11 +318,7 @@ impl Mixture {
                 )));
             }
         }
-        Ok(MixtureEpoch {
-            mixture: self.clone(),
-            interleave: Interleave::new(quotas)?,
-            consumed: consumed.to_vec(),
-        })
+        MixtureEpoch::new(self.clone(), quotas, consumed)
     }
 }
 
@@ -391,316 +403,6 @@ pub fn quotas_from_weights(weights: &[f64], num_samples: u64) -> Result<Vec<u64>
     Ok(quotas)
 }
 
-/// One epoch of a mixture: `S` positions, each an id of some source.
-#[derive(Debug, Clone)]
-pub struct MixtureEpoch {
-    mixture: Mixture,
-    interleave: Interleave,
-    consumed: Vec<u64>,
-}
-
-impl MixtureEpoch {
-    /// The epoch's positions (`S`, the sum of the quotas).
-    pub fn len(&self) -> u64 {
-        self.interleave.len()
-    }
-
-    /// True when the epoch has no positions.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The mixture.
-    pub fn mixture(&self) -> &Mixture {
-        &self.mixture
-    }
-
-    /// The epoch's interleave (quotas, per-prefix counts).
-    pub fn interleave(&self) -> &Interleave {
-        &self.interleave
-    }
-
-    /// Elements of each source's sequence consumed before this epoch.
-    pub fn consumed(&self) -> &[u64] {
-        &self.consumed
-    }
-
-    /// Elements of each source's sequence consumed after this epoch: the
-    /// next epoch's `consumed`.
-    pub fn consumed_after(&self) -> Vec<u64> {
-        // Checked when the epoch was built.
-        (0..self.consumed.len())
-            .map(|k| self.consumed[k] + self.interleave.quota(k))
-            .collect()
-    }
-
-    /// The source of position `j` and the element of the source's sequence
-    /// it shows.
-    pub fn locate(&self, j: u64) -> Result<(usize, u64)> {
-        let len = self.len();
-        if j >= len {
-            return Err(Error::Index(format!(
-                "position must be in [0, {len}) (the epoch's length), got {j}"
-            )));
-        }
-        let (k, i) = self.interleave.locate(j);
-        Ok((k, self.consumed[k] + i))
-    }
-
-    /// The id at position `j`.
-    pub fn get(&self, j: u64) -> Result<u64> {
-        let (k, s) = self.locate(j)?;
-        Ok(self.mixture.sequence_id_at(k, s))
-    }
-
-    /// Writes the id at position `js[i]` to `out[i]`, for every `i`.
-    pub fn fill(&self, js: &[i64], out: &mut [i64]) -> Result<()> {
-        check_same_len(js, out)?;
-        out.copy_from_slice(js);
-        self.map_in_place(out)
-    }
-
-    /// Replaces every position in `values` by its id, in place; parallel
-    /// for large inputs, with the same result on any thread count.
-    pub fn map_in_place(&self, values: &mut [i64]) -> Result<()> {
-        check_indices_below(values, self.len(), "js")?;
-        parallel::for_each_piece(values, parallel::PIECE, |_, piece| self.map_slice(piece));
-        Ok(())
-    }
-
-    /// [`MixtureEpoch::map_in_place`] on this thread, for checked values.
-    ///
-    /// Works on batches of [`MAP_BATCH`] positions: locates each, groups
-    /// the batch by source (and a source's elements by pass, when the batch
-    /// spans several of its passes), runs each group through its pass's
-    /// cipher in one vectorised call and its source's ids in one
-    /// [`Selection`] lookup, then puts the ids back in place. The same ids
-    /// as [`MixtureEpoch::get`] on each position; memory O(`MAP_BATCH` + K).
-    pub(crate) fn map_slice(&self, values: &mut [i64]) {
-        let mut work = BatchBuffers::new(self.consumed.len(), values.len().min(MAP_BATCH));
-        for batch in values.chunks_mut(MAP_BATCH) {
-            self.map_batch(batch, &mut work);
-        }
-    }
-
-    fn map_batch(&self, batch: &mut [i64], work: &mut BatchBuffers) {
-        // Each position's source, and its element of the source's sequence
-        // (a u64 kept in the i64 slot).
-        work.keys.clear();
-        work.keys.resize(batch.len(), 0);
-        self.interleave.locate_in_place(batch, &mut work.keys);
-        for (v, &k) in batch.iter_mut().zip(&work.keys) {
-            *v = (self.consumed[k] + *v as u64) as i64;
-        }
-        let num_sources = self.consumed.len();
-        counting_order(
-            &work.keys,
-            batch,
-            num_sources,
-            &mut work.starts,
-            &mut work.order,
-            &mut work.group,
-        );
-        let BatchBuffers {
-            starts,
-            group,
-            pass_keys,
-            pass_starts,
-            pass_order,
-            scratch,
-            ..
-        } = work;
-        for k in 0..num_sources {
-            let elements = &mut group[starts[k]..starts[k + 1]];
-            if elements.is_empty() {
-                continue;
-            }
-            let n = self.mixture.source_len(k);
-            let first_pass = elements.iter().map(|&s| s as u64).min().unwrap_or(0) / n;
-            let last_pass = elements.iter().map(|&s| s as u64).max().unwrap_or(0) / n;
-            if first_pass == last_pass {
-                self.apply_pass(k, first_pass, elements);
-            } else if last_pass - first_pass < elements.len() as u64 {
-                // Several passes: by pass, each run through its cipher.
-                pass_keys.clear();
-                pass_keys.extend(
-                    elements
-                        .iter()
-                        .map(|&s| (s as u64 / n - first_pass) as usize),
-                );
-                let num_passes = (last_pass - first_pass + 1) as usize;
-                counting_order(
-                    pass_keys,
-                    elements,
-                    num_passes,
-                    pass_starts,
-                    pass_order,
-                    scratch,
-                );
-                for (d, run) in pass_starts.windows(2).enumerate() {
-                    self.apply_pass(k, first_pass + d as u64, &mut scratch[run[0]..run[1]]);
-                }
-                for (&t, &id) in pass_order.iter().zip(scratch.iter()) {
-                    elements[t] = id;
-                }
-            } else {
-                // More passes than elements: one cipher for each element.
-                for e in elements.iter_mut() {
-                    *e = self.mixture.sequence_id_at(k, *e as u64) as i64;
-                }
-            }
-        }
-        for (&slot, &id) in work.order.iter().zip(work.group.iter()) {
-            batch[slot] = id;
-        }
-    }
-
-    /// Replaces elements `elements` of source `k`'s sequence, all in pass
-    /// `p`, by their ids.
-    fn apply_pass(&self, k: usize, p: u64, elements: &mut [i64]) {
-        if elements.is_empty() {
-            return;
-        }
-        let n = self.mixture.source_len(k);
-        let base = p * n;
-        elements
-            .iter_mut()
-            .for_each(|e| *e = (*e as u64 - base) as i64);
-        self.mixture.pass(k, p).apply_in_place(elements);
-        match &*self.mixture.sources {
-            Sources::Sizes { offsets, .. } => {
-                let offset = offsets[k] as i64;
-                elements.iter_mut().for_each(|e| *e += offset);
-            }
-            Sources::Selections(s) => s[k].map_slice(elements),
-        }
-    }
-
-    /// Writes the source of position `js[i]` to `out[i]`, for every `i`
-    /// (for per-source loss logging).
-    pub fn fill_sources(&self, js: &[i64], out: &mut [i64]) -> Result<()> {
-        check_same_len(js, out)?;
-        check_indices_below(js, self.len(), "js")?;
-        for (o, &j) in out.iter_mut().zip(js) {
-            *o = self.interleave.locate(j as u64).0 as i64;
-        }
-        Ok(())
-    }
-}
-
-/// Positions per batch of [`MixtureEpoch::map_slice`].
-const MAP_BATCH: usize = 8192;
-
-/// The buffers of [`MixtureEpoch::map_slice`], reused from batch to batch.
-struct BatchBuffers {
-    /// Each position's source.
-    keys: Vec<usize>,
-    /// Where each source's run starts in `order` (K + 1 entries).
-    starts: Vec<usize>,
-    /// The batch's slots, grouped by source.
-    order: Vec<usize>,
-    /// The sequence elements (then ids) of `order`'s slots.
-    group: Vec<i64>,
-    /// The same three for one source's elements grouped by pass.
-    pass_keys: Vec<usize>,
-    pass_starts: Vec<usize>,
-    pass_order: Vec<usize>,
-    scratch: Vec<i64>,
-}
-
-impl BatchBuffers {
-    fn new(num_sources: usize, batch: usize) -> BatchBuffers {
-        BatchBuffers {
-            keys: Vec::with_capacity(batch),
-            starts: Vec::with_capacity(num_sources + 1),
-            order: Vec::with_capacity(batch),
-            group: Vec::with_capacity(batch),
-            pass_keys: Vec::new(),
-            pass_starts: Vec::new(),
-            pass_order: Vec::new(),
-            scratch: Vec::new(),
-        }
-    }
-}
-
-/// Keys up to which [`counting_order`] compacts once per key instead of
-/// counting.
-const COMPACT_KEYS: usize = 8;
-
-/// A stable sort of `0..keys.len()` by key (each below `num_keys`): `order`
-/// gets the indices, key by key, `sorted` the `values` at them, and
-/// `starts[d]..starts[d + 1]` is key `d`'s run.
-///
-/// For a few keys, one pass a key keeps that key's elements without a
-/// branch (a counting sort's counters, in memory, would chain consecutive
-/// equal keys through store-to-load forwarding); for more, a counting sort.
-fn counting_order(
-    keys: &[usize],
-    values: &[i64],
-    num_keys: usize,
-    starts: &mut Vec<usize>,
-    order: &mut Vec<usize>,
-    sorted: &mut Vec<i64>,
-) {
-    if num_keys <= COMPACT_KEYS {
-        let len = keys.len();
-        starts.clear();
-        starts.push(0);
-        // One slot more: each step writes at `at`, then keeps it or not.
-        order.clear();
-        order.resize(len + 1, 0);
-        sorted.clear();
-        sorted.resize(len + 1, 0);
-        let mut at = 0;
-        for d in 0..num_keys {
-            for (i, (&key, &v)) in keys.iter().zip(values).enumerate() {
-                order[at] = i;
-                sorted[at] = v;
-                at += usize::from(key == d);
-            }
-            starts.push(at);
-        }
-        order.truncate(len);
-        sorted.truncate(len);
-        return;
-    }
-    starts.clear();
-    starts.resize(num_keys + 1, 0);
-    for &d in keys {
-        starts[d + 1] += 1;
-    }
-    for d in 0..num_keys {
-        starts[d + 1] += starts[d];
-    }
-    order.clear();
-    order.resize(keys.len(), 0);
-    sorted.clear();
-    sorted.resize(keys.len(), 0);
-    // `starts[d]` walks along key d's run, then is put back.
-    for (i, (&d, &v)) in keys.iter().zip(values).enumerate() {
-        order[starts[d]] = i;
-        sorted[starts[d]] = v;
-        starts[d] += 1;
-    }
-    for d in (1..=num_keys).rev() {
-        starts[d] = starts[d - 1];
-    }
-    if let Some(first) = starts.first_mut() {
-        *first = 0;
-    }
-}
-
-fn check_same_len(js: &[i64], out: &[i64]) -> Result<()> {
-    if js.len() != out.len() {
-        return Err(Error::Value(format!(
-            "out must have the length of js ({}), got {}",
-            js.len(),
-            out.len()
-        )));
-    }
-    Ok(())
-}
-
 /// A keyed permutation of one step's positions `[start, start + len)`,
 /// applied before dealing so that every rank sees the mix: O(1) per
 /// position.
@@ -778,6 +480,7 @@ impl StepShuffle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::space::mixture_epoch::MAP_BATCH;
 
     #[test]
     fn weights_share_by_largest_remainder() {

@@ -167,12 +167,15 @@ fn ints_arg(obj: &Bound<'_, PyAny>, name: &str, hi: u64) -> PyResult<Vec<u64>> {
 ///     num_samples: the epoch's length with ``weights`` (default: the
 ///         sources' total size).
 ///     seed: the seed of the sources' passes (int in [0, 2**64 - 1]).
-///     phases: a schedule: ``(start_epoch, values)`` pairs, starts
-///         increasing from 1, each giving the epochs from ``start_epoch`` on
-///         new values of the same kind as the first (weights, repeat or
-///         quotas); every phase keeps the epoch's length. Each source's
-///         passes continue across phases: epoch ``e`` takes the next
-///         ``q_k(e)`` samples of source ``k`` (see the index-spaces page).
+///     phases: a schedule: ``(start, values)`` pairs, starts increasing,
+///         each giving the positions from ``start`` on new values of the
+///         same kind as the first (weights, repeat or quotas); a start is an
+///         epoch (>= 1), or ``(epoch, position)`` for a phase that starts
+///         inside an epoch (position ``t * G``: step ``t`` of a plan of
+///         global batch ``G``). Every phase keeps the epoch's length. Each
+///         source's passes continue across phases: each epoch (each segment
+///         of one, where a phase starts inside it) takes the next samples
+///         of source ``k`` (see the index-spaces page).
 ///
 /// At most one of ``weights``, ``repeat`` and ``quotas``; none means every
 /// source once an epoch.
@@ -196,6 +199,47 @@ fn ints_arg(obj: &Bound<'_, PyAny>, name: &str, hi: u64) -> PyResult<Vec<u64>> {
 ///     [0, 1, 0, 1, 0, 1, 0, 1]
 ///     >>> e.consumed_after
 ///     [4, 4]
+/// A phase's start: an epoch (``int`` >= 1), or ``(epoch, position)`` for
+/// one that starts inside an epoch (position 0: at the epoch's start).
+fn start_arg(value: &Bound<'_, PyAny>, name: &str) -> PyResult<(u64, u64)> {
+    if let Ok(pair) = value.cast::<PyTuple>() {
+        if pair.len() != 2 {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be an epoch or a pair (epoch, position), got {} items",
+                pair.len()
+            )));
+        }
+        let epoch = int_arg(&pair.get_item(0)?, &format!("{name}[0]"), 0, MAX_U64)?;
+        let position = int_arg(&pair.get_item(1)?, &format!("{name}[1]"), 0, MAX_U64)?;
+        if (epoch, position) == (0, 0) {
+            return Err(PyValueError::new_err(format!(
+                "{name} must start after the first phase (at epoch 0, position 0), got (0, 0)"
+            )));
+        }
+        return Ok((epoch, position));
+    }
+    Ok((int_arg(value, name, 1, MAX_U64)?, 0))
+}
+
+/// Phases as Python takes them: a start at an epoch's first position as
+/// that epoch, any other as ``(epoch, position)``.
+fn phase_list<'py>(
+    py: Python<'py>,
+    phases: &[((u64, u64), Vec<u64>)],
+) -> PyResult<Vec<(Bound<'py, PyAny>, Vec<u64>)>> {
+    phases
+        .iter()
+        .map(|((epoch, position), quotas)| {
+            let start = if *position == 0 {
+                epoch.into_pyobject(py)?.into_any()
+            } else {
+                (*epoch, *position).into_pyobject(py)?.into_any()
+            };
+            Ok((start, quotas.clone()))
+        })
+        .collect()
+}
+
 #[pyclass(module = "epochplan._native", frozen)]
 #[derive(Debug)]
 pub struct Mixture {
@@ -281,24 +325,24 @@ impl Mixture {
         // first epoch.
         mixture.epoch(&quotas, &vec![0; quotas.len()]).py()?;
         let py = sources.py();
-        let mut table = vec![(0, quotas.clone())];
+        let mut table = vec![((0, 0), quotas.clone())];
         if let Some(phases) = phases.filter(|p| !p.is_none()) {
             for (j, item) in phases.try_iter()?.enumerate() {
                 let name = format!("phases[{}]", j + 1);
                 let pair = item?;
                 let pair = pair.cast::<PyTuple>().map_err(|_| {
                     PyTypeError::new_err(format!(
-                        "{name} must be a pair (start_epoch, values), got {}",
+                        "{name} must be a pair (start, values), got {}",
                         type_name(&pair)
                     ))
                 })?;
                 if pair.len() != 2 {
                     return Err(PyValueError::new_err(format!(
-                        "{name} must be a pair (start_epoch, values), got {} items",
+                        "{name} must be a pair (start, values), got {} items",
                         pair.len()
                     )));
                 }
-                let start = int_arg(&pair.get_item(0)?, &format!("{name}[0]"), 1, MAX_U64)?;
+                let start = start_arg(&pair.get_item(0)?, &format!("{name}[0]"))?;
                 let values = pair.get_item(1)?;
                 let values_name = format!("{name}[1]");
                 let phase_rule = match &rule {
@@ -338,17 +382,19 @@ impl Mixture {
         })
     }
 
-    /// The schedule: ``(start_epoch, quotas)`` of each phase, the first at
-    /// epoch 0 (one phase without ``phases``).
+    /// The schedule: ``(start, quotas)`` of each phase, the first at epoch
+    /// 0 (one phase without ``phases``); a start is an epoch, or ``(epoch,
+    /// position)`` for a phase that starts inside one.
     #[getter]
-    fn phases(&self) -> Vec<(u64, Vec<u64>)> {
-        self.schedule.phases().to_vec()
+    fn phases<'py>(&self, py: Python<'py>) -> PyResult<Vec<(Bound<'py, PyAny>, Vec<u64>)>> {
+        phase_list(py, self.schedule.phases())
     }
 
-    /// The quotas of ``epoch`` (its phase's).
+    /// The quotas of ``epoch``: each source's positions in it (its phase's
+    /// quotas, or the sum of its segments' when a phase starts inside it).
     fn quotas_at(&self, epoch: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
         let epoch = int_arg(epoch, "epoch", 0, MAX_U64)?;
-        Ok(self.schedule.quotas(epoch).to_vec())
+        Ok(self.schedule.quotas(epoch))
     }
 
     /// Each source's samples an epoch (``q_k``; the first phase's).
@@ -431,7 +477,7 @@ impl Mixture {
         };
         let inner = this
             .mixture
-            .epoch(this.schedule.quotas(number), &consumed)
+            .epoch_in_segments(&this.schedule.segments(number), &consumed)
             .py()?;
         Ok(MixtureEpoch {
             inner,
@@ -448,17 +494,27 @@ impl Mixture {
         kwargs.set_item("quotas", self.quotas.clone())?;
         kwargs.set_item("seed", self.mixture.seed())?;
         if self.schedule.phases().len() > 1 {
-            kwargs.set_item("phases", self.schedule.phases()[1..].to_vec())?;
+            kwargs.set_item("phases", phase_list(py, &self.schedule.phases()[1..])?)?;
         }
         let sources = PyList::new(py, self.sources.iter().map(|s| s.bind(py)))?;
         Ok((PyTuple::new(py, [sources])?, kwargs))
     }
 
     fn __repr__(&self) -> String {
-        let phases = match self.schedule.phases() {
-            [_] => String::new(),
-            [_, later @ ..] => format!(", phases={later:?}"),
-            [] => String::new(),
+        let later: Vec<String> = self
+            .schedule
+            .phases()
+            .iter()
+            .skip(1)
+            .map(|(start, quotas)| match start {
+                (epoch, 0) => format!("({epoch}, {quotas:?})"),
+                (epoch, position) => format!("(({epoch}, {position}), {quotas:?})"),
+            })
+            .collect();
+        let phases = if later.is_empty() {
+            String::new()
+        } else {
+            format!(", phases=[{}]", later.join(", "))
         };
         format!(
             "Mixture(sizes={:?}, quotas={:?}, seed={}{phases})",
@@ -521,8 +577,7 @@ impl MixtureEpoch {
     /// Each source's positions in the epoch.
     #[getter]
     fn quotas(&self) -> Vec<u64> {
-        let il = self.inner.interleave();
-        (0..il.num_sources()).map(|k| il.quota(k)).collect()
+        self.inner.quotas()
     }
 
     /// Each source's samples taken before this epoch.
