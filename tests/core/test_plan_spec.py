@@ -571,3 +571,23 @@ def test_a_rank_plans_arguments_are_checked_once_when_made() -> None:
         view.step_indices(plan.num_steps)
     with pytest.raises(TypeError, match="micro_batch_size"):
         view.step_micro_batches(0)
+
+
+def test_mapped_lengths_travel_by_reference_in_pickles(tmp_path) -> None:
+    # A spec sent to other processes (Ray tasks, spawned workers) names the
+    # lengths file instead of copying its values, and maps it again there.
+    np.save(tmp_path / "lengths.npy", np.arange(1, 10**6 + 1, dtype=np.int32))
+    lengths = np.load(tmp_path / "lengths.npy", mmap_mode="r")
+    loss = np.asarray(lengths[:10]).repeat(10**5)  # in memory: by value
+    spec = ep.PlanSpec(10**6, 64, seed=3, tokens=ep.Tokens(lengths, loss))
+    blob = pickle.dumps(spec)
+    assert len(blob) < len(pickle.dumps(loss)) + 5_000  # the lengths by reference
+    back = pickle.loads(blob)
+    assert back == spec
+    assert isinstance(back.tokens.lengths, np.memmap)
+    assert str(back.tokens.lengths.filename) == str(lengths.filename)
+    assert not isinstance(back.tokens.loss_tokens, np.memmap)
+    tokens = pickle.loads(pickle.dumps(ep.Tokens(lengths, cost=(1, 2), max_length=9)))
+    assert str(tokens.lengths.filename) == str(lengths.filename) and tokens.max_length == 9
+    assert len(pickle.dumps(ep.Tokens(lengths))) < 2_000
+    assert back.plan(1).state_dict() == spec.plan(1).state_dict()

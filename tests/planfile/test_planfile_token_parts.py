@@ -122,3 +122,24 @@ def test_a_slurm_array_writes_a_token_plan_on_the_command_line(
     cli("merge", str(tmp_path / "merged"), *parts)
     cli(*plan, "--out", str(tmp_path / "one"))
     same_directories(tmp_path / "one", tmp_path / "merged")
+
+
+def test_ray_tasks_write_a_token_plans_parts(tmp_path: Path, lengths_file: Path) -> None:
+    ray = pytest.importorskip("ray")
+    spec, caps = specs(lengths_file)["loss-tokens"]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+
+        @ray.remote
+        def write(index: int) -> str:
+            part = Part(index, 4)
+            return str(
+                write_plan_part(tmp_path / f"p{index}", spec, 4, part, epochs=(0, 1), **caps)
+            )
+
+        parts = ray.get([write.remote(i) for i in range(4)])
+    finally:
+        ray.shutdown()
+    merged = merge_plan(tmp_path / "merged", parts)
+    one = write_plan(tmp_path / "one", spec, 4, epochs=(0, 1), **caps)
+    same_directories(one.path, merged.path)

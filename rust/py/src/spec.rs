@@ -472,16 +472,21 @@ impl PlanSpec {
         if let Some(space) = me.given.object(py) {
             kwargs.set_item("space", space)?;
         }
+        // A map of a whole file travels by reference (`epochplan._mapped`).
+        let mapped = py.import("epochplan._mapped")?;
+        let by_reference = mapped.getattr("by_reference")?;
         if let Some(tokens) = &me.tokens {
             let t = tokens.value.get();
-            kwargs.set_item("lengths", t.lengths.bind(py))?;
-            kwargs.set_item("loss_tokens", t.loss_tokens.as_ref().map(|l| l.bind(py)))?;
+            kwargs.set_item("lengths", by_reference.call1((t.lengths.bind(py),))?)?;
+            let loss = match &t.loss_tokens {
+                Some(l) => by_reference.call1((l.bind(py),))?,
+                None => py.None().into_bound(py),
+            };
+            kwargs.set_item("loss_tokens", loss)?;
         }
-        let make = py
-            .import("functools")?
-            .getattr("partial")?
-            .call((slf.get_type().getattr("from_json")?,), Some(&kwargs))?;
-        Ok((make, PyTuple::new(py, [Self::to_json(slf)?])?))
+        let make = slf.get_type().getattr("from_json")?;
+        let args = (make, PyTuple::new(py, [Self::to_json(slf)?])?, kwargs);
+        Ok((mapped.getattr("call_mapped")?, args.into_pyobject(py)?))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

@@ -40,6 +40,10 @@ pub const OVERSIZE_POLICIES: [&str; 3] = ["error", "truncate", "skip"];
 ///         ``"truncate"`` (cut it to the cap) or ``"skip"`` (leave it out of
 ///         every step and weight).
 ///
+/// A pickle (a spec sent to Ray tasks or spawned workers) names a read-only
+/// ``np.memmap`` of a whole file (``np.load(path, mmap_mode="r")``) and
+/// maps the file again where it is loaded, instead of copying its values.
+///
 /// Raises:
 ///     TypeError: arrays that are not of integers, or an argument of the
 ///         wrong type.
@@ -221,14 +225,18 @@ impl Tokens {
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
-        // Pickled through `replace`: the constructor's keywords.
+        // The constructor's keywords, a map of a whole file by reference
+        // (see `epochplan._mapped`): the values themselves stay in the file.
         let py = slf.py();
         let kwargs = slf.get().kwargs(py)?;
-        let functools = py.import("functools")?;
-        let make = functools
-            .getattr("partial")?
-            .call((py.get_type::<Tokens>(),), Some(&kwargs))?;
-        Ok((make, PyTuple::empty(py)))
+        let mapped = py.import("epochplan._mapped")?;
+        for key in ["lengths", "loss_tokens"] {
+            if let Some(value) = kwargs.get_item(key)? {
+                kwargs.set_item(key, mapped.getattr("by_reference")?.call1((value,))?)?;
+            }
+        }
+        let args = (py.get_type::<Tokens>(), PyTuple::empty(py), kwargs);
+        Ok((mapped.getattr("call_mapped")?, args.into_pyobject(py)?))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
