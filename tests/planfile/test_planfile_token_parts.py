@@ -3,10 +3,13 @@ of and writes its ranks' files (the step table with rank 0's); the merged
 directory is byte for byte the one-process plan (manifest included), with
 loss tokens, cut samples and over a space; a part is verified alone, dealt
 again from its lengths file; parts of other caps are refused; the command
-line writes them from a (simulated) Slurm array."""
+line writes them from a (simulated) Slurm array and four torchrun processes,
+and Ray tasks through the API."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +146,19 @@ def test_ray_tasks_write_a_token_plans_parts(tmp_path: Path, lengths_file: Path)
     merged = merge_plan(tmp_path / "merged", parts)
     one = write_plan(tmp_path / "one", spec, 4, epochs=(0, 1), **caps)
     same_directories(one.path, merged.path)
+
+
+def test_torchrun_processes_write_a_token_plans_parts(tmp_path: Path, lengths_file: Path) -> None:
+    # Four processes of one torchrun job, each RANK of WORLD_SIZE a part.
+    plan = ["plan", "-n", str(N), "-g", "512", "-w", "4", "--epochs", "2", "-q",
+            "--lengths", str(lengths_file), "--max-tokens", "4096"]  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", "4", "--no-python", sys.executable, "-m", "epochplan.cli",
+           *plan, "--write-part", "auto", "--out", str(tmp_path / "parts" / "p{part}")]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    parts = sorted((tmp_path / "parts").iterdir())
+    assert len(parts) == 4
+    merged = merge_plan(tmp_path / "merged", parts)
+    cli(*plan, "--out", str(tmp_path / "one"))
+    same_directories(tmp_path / "one", merged.path)
