@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import pickle
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -24,15 +25,25 @@ from hypothesis import strategies as st
 import epochplan as ep
 
 
-@st.composite
-def schedules(draw: st.DrawFn) -> tuple[ep.Mixture, int]:
+def sources_and_quotas(
+    draw: st.DrawFn, least: int
+) -> tuple[list[int], int, Callable[[], list[int]]]:
+    """Drawn with ``draw``: 1 to 3 sources' sizes, an epoch's length (at
+    least ``least``) and a drawer of quotas summing to it."""
     k = draw(st.integers(1, 3))
     sizes = draw(st.lists(st.integers(1, 30), min_size=k, max_size=k))
-    total = draw(st.integers(1, 60))
+    total = draw(st.integers(least, 60))
 
     def quotas() -> list[int]:
         cuts = sorted(draw(st.lists(st.integers(0, total), min_size=k - 1, max_size=k - 1)))
         return [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+
+    return sizes, total, quotas
+
+
+@st.composite
+def schedules(draw: st.DrawFn) -> tuple[ep.Mixture, int]:
+    sizes, _, quotas = sources_and_quotas(draw, 1)
 
     starts = sorted(set(draw(st.lists(st.integers(1, 7), max_size=3))))
     mix = ep.Mixture(
@@ -97,13 +108,7 @@ def apportion(quotas: list[int], length: int) -> list[int]:
 @st.composite
 def inside_schedules(draw: st.DrawFn) -> tuple[ep.Mixture, int]:
     """Schedules whose phases may start inside epochs: ``(epoch, position)``."""
-    k = draw(st.integers(1, 3))
-    sizes = draw(st.lists(st.integers(1, 30), min_size=k, max_size=k))
-    total = draw(st.integers(2, 60))
-
-    def quotas() -> list[int]:
-        cuts = sorted(draw(st.lists(st.integers(0, total), min_size=k - 1, max_size=k - 1)))
-        return [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+    sizes, total, quotas = sources_and_quotas(draw, 2)
 
     points = st.tuples(st.integers(0, 5), st.integers(0, total - 1))
     starts = sorted(set(draw(st.lists(points, max_size=5))) - {(0, 0)})

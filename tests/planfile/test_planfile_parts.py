@@ -150,18 +150,23 @@ def test_a_simulated_slurm_array_writes_and_merges_on_the_command_line(tmp_path:
     same_directories(tmp_path / "one", tmp_path / "merged")
 
 
-def test_torchrun_processes_write_the_parts(tmp_path: Path) -> None:
-    # Four processes of one torchrun job, each RANK of WORLD_SIZE a part.
+def torchrun_parts_are_the_plan(plan: list[str], tmp_path: Path) -> None:
+    """Four processes of one torchrun job write ``plan``'s parts, each RANK
+    of WORLD_SIZE a part; merged, they are the one-process plan."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", "4", "--no-python", sys.executable, "-m", "epochplan.cli",
-           *PLAN, "--write-part", "auto", "--out", str(tmp_path / "parts" / "p{part}")]  # fmt: skip
+           *plan, "--write-part", "auto", "--out", str(tmp_path / "parts" / "p{part}")]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     parts = sorted((tmp_path / "parts").iterdir())
     assert len(parts) == 4
     merged = merge_plan(tmp_path / "merged", parts)
-    cli(*PLAN, "--out", str(tmp_path / "one"))
+    cli(*plan, "--out", str(tmp_path / "one"))
     same_directories(tmp_path / "one", merged.path)
+
+
+def test_torchrun_processes_write_the_parts(tmp_path: Path) -> None:
+    torchrun_parts_are_the_plan(PLAN, tmp_path)
 
 
 def test_ray_tasks_write_the_parts(tmp_path: Path) -> None:

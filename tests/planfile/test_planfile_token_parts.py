@@ -8,8 +8,6 @@ and Ray tasks through the API."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from epochplan.planfile import (
     write_plan_part,
 )
 
-from .test_planfile_parts import cli, same_directories
+from .test_planfile_parts import cli, same_directories, torchrun_parts_are_the_plan
 
 N = 12_000
 
@@ -149,16 +147,6 @@ def test_ray_tasks_write_a_token_plans_parts(tmp_path: Path, lengths_file: Path)
 
 
 def test_torchrun_processes_write_a_token_plans_parts(tmp_path: Path, lengths_file: Path) -> None:
-    # Four processes of one torchrun job, each RANK of WORLD_SIZE a part.
     plan = ["plan", "-n", str(N), "-g", "512", "-w", "4", "--epochs", "2", "-q",
             "--lengths", str(lengths_file), "--max-tokens", "4096"]  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "4", "--no-python", sys.executable, "-m", "epochplan.cli",
-           *plan, "--write-part", "auto", "--out", str(tmp_path / "parts" / "p{part}")]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    parts = sorted((tmp_path / "parts").iterdir())
-    assert len(parts) == 4
-    merged = merge_plan(tmp_path / "merged", parts)
-    cli(*plan, "--out", str(tmp_path / "one"))
-    same_directories(tmp_path / "one", merged.path)
+    torchrun_parts_are_the_plan(plan, tmp_path)

@@ -140,6 +140,26 @@ fn megatron_shuffle_index<'py>(
     Ok((index, key, pos))
 }
 
+/// The three indices with a sample index of `S`, shaped `(n + 1, 2)`.
+fn gpt_indices_as<'py, S: gpt::SampleInt + numpy::Element>(
+    py: Python<'py>,
+    sizes: &[i32],
+    documents: &[i32],
+    layout: &GptLayout,
+    state: &mut RandomState,
+) -> PyResult<(Vec<i32>, Bound<'py, PyAny>, gpt::ShuffleIndex)> {
+    let built = py
+        .detach(|| gpt_indices::build_gpt_indices::<S>(sizes, documents, layout, state))
+        .py()?;
+    let rows = built.sample_index.len() / 2;
+    let samples = built
+        .sample_index
+        .into_pyarray(py)
+        .reshape([rows, 2])?
+        .into_any();
+    Ok((built.document_index, samples, built.shuffle_index))
+}
+
 /// The three indices of a `GPTDataset` in one call, from a `RandomState`'s
 /// key and position: `cut` is `(seq_length, num_epochs, tokens_per_epoch,
 /// drop_last_partial_sequence, add_extra_token_to_sequence)`.
@@ -172,27 +192,9 @@ fn megatron_gpt_indices<'py>(
         shuffled_first,
     };
     let (docs, samples, shuffle) = if int64 {
-        let built = py
-            .detach(|| gpt_indices::build_gpt_indices::<i64>(sizes, documents, &layout, &mut state))
-            .py()?;
-        let rows = built.sample_index.len() / 2;
-        let samples = built
-            .sample_index
-            .into_pyarray(py)
-            .reshape([rows, 2])?
-            .into_any();
-        (built.document_index, samples, built.shuffle_index)
+        gpt_indices_as::<i64>(py, sizes, documents, &layout, &mut state)?
     } else {
-        let built = py
-            .detach(|| gpt_indices::build_gpt_indices::<i32>(sizes, documents, &layout, &mut state))
-            .py()?;
-        let rows = built.sample_index.len() / 2;
-        let samples = built
-            .sample_index
-            .into_pyarray(py)
-            .reshape([rows, 2])?
-            .into_any();
-        (built.document_index, samples, built.shuffle_index)
+        gpt_indices_as::<i32>(py, sizes, documents, &layout, &mut state)?
     };
     let shuffle = match shuffle {
         gpt::ShuffleIndex::U32(v) => v.into_pyarray(py).into_any(),

@@ -101,23 +101,13 @@ pub fn build_sample_idx<T: SampleInt>(
         add_extra,
     };
     let count = cut.samples::<T>(document_idx.len())?;
-    let size_of = |position: usize| -> Result<i64> {
-        let doc = document_idx[position];
-        let size = usize::try_from(doc)
-            .ok()
-            .and_then(|d| sizes.get(d))
-            .ok_or_else(|| {
-                Error::Value(format!(
-                    "document_idx[{position}] = {doc} is not a document of sizes (0 to {})",
-                    sizes.len() as i64 - 1
-                ))
-            })?;
-        if *size < 0 {
-            return Err(Error::Value(format!(
-                "sizes[{doc}] must be non-negative, got {size}"
-            )));
-        }
-        Ok(i64::from(*size))
+    let size_of = |position: usize| {
+        checked_size(
+            sizes,
+            document_idx[position],
+            ("document_idx", position),
+            "sizes",
+        )
     };
     let prefetch_size = |position: usize| {
         if let Some(size) = document_idx
@@ -129,6 +119,32 @@ pub fn build_sample_idx<T: SampleInt>(
         }
     };
     cut.walk(count, document_idx.len(), size_of, prefetch_size)
+}
+
+/// `sizes[doc]`, checked: `doc` names a size (else the error names
+/// `where.0[where.1] = doc` and the array `of`) and the size is not
+/// negative.
+pub(crate) fn checked_size(
+    sizes: &[i32],
+    doc: i32,
+    (name, at): (&str, usize),
+    of: &str,
+) -> Result<i64> {
+    let size = usize::try_from(doc)
+        .ok()
+        .and_then(|d| sizes.get(d))
+        .ok_or_else(|| {
+            Error::Value(format!(
+                "{name}[{at}] = {doc} is not a document of {of} (0 to {})",
+                sizes.len() as i64 - 1
+            ))
+        })?;
+    if *size < 0 {
+        return Err(Error::Value(format!(
+            "{of}[{doc}] must be non-negative, got {size}"
+        )));
+    }
+    Ok(i64::from(*size))
 }
 
 /// How `build_sample_idx` cuts the documents into samples.

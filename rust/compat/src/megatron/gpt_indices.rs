@@ -17,7 +17,7 @@
 //!
 //! With one thread the same steps run one after the other.
 
-use super::gpt::{build_shuffle_index, SampleCut, SampleInt, ShuffleIndex};
+use super::gpt::{build_shuffle_index, checked_size, SampleCut, SampleInt, ShuffleIndex};
 use super::random_state::{swap_with_partners, RandomState};
 use epochplan_core::buffer::{vec_with_capacity, zeroed};
 use epochplan_core::parallel::{for_each_piece, install, num_threads, PIECE};
@@ -57,20 +57,7 @@ pub struct GptIndices<S> {
 /// reads them.
 fn check_documents(sizes: &[i32], documents: &[i32]) -> Result<()> {
     for (j, &doc) in documents.iter().enumerate() {
-        let size = usize::try_from(doc)
-            .ok()
-            .and_then(|d| sizes.get(d))
-            .ok_or_else(|| {
-                Error::Value(format!(
-                    "indices[{j}] = {doc} is not a document of sequence_lengths (0 to {})",
-                    sizes.len() as i64 - 1
-                ))
-            })?;
-        if *size < 0 {
-            return Err(Error::Value(format!(
-                "sequence_lengths[{doc}] must be non-negative, got {size}"
-            )));
-        }
+        checked_size(sizes, doc, ("indices", j), "sequence_lengths")?;
     }
     Ok(())
 }

@@ -206,8 +206,9 @@ impl MixtureEpoch {
     /// the batch by source (and a source's elements by pass, when the batch
     /// spans several of its passes), runs each group through its pass's
     /// cipher in one vectorised call and its source's ids in one
-    /// [`Selection`](crate::space::Selection) lookup, then puts the ids back in place. The same ids
-    /// as [`MixtureEpoch::get`] on each position; memory O(`MAP_BATCH` + K).
+    /// [`Selection`](crate::space::Selection) lookup, then puts the ids
+    /// back in place. The same ids as [`MixtureEpoch::get`] on each
+    /// position; memory O(`MAP_BATCH` + K).
     pub(crate) fn map_slice(&self, values: &mut [i64]) {
         let mut work = BatchBuffers::new(self.consumed.len(), values.len().min(MAP_BATCH));
         for batch in values.chunks_mut(MAP_BATCH) {
