@@ -1,5 +1,5 @@
 """Token plans (DESIGN.md section 8): properties over random lengths, sizes,
-world sizes and caps, the state's digests, the errors, and a memory-mapped
+world sizes, caps and both packings, the state's digests, the errors, and a memory-mapped
 lengths file that is read per step, never whole."""
 
 from __future__ import annotations
@@ -38,12 +38,13 @@ def token_plans(draw: st.DrawFn) -> tuple[ep.EpochPlan, np.ndarray, np.ndarray |
         keep = np.asarray(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
         loss = np.where(keep & (np.arange(n) % 3 == 0), lengths, 0).astype(np.int32)
     cost = draw(st.sampled_from(["tokens", (1.0, 0.01), (0.0, 1.0)]))
+    packing = draw(st.sampled_from(["sorted", "first_fit"]))
     plan = ep.EpochPlan(
         n,
         g,
         seed=draw(st.integers(0, 3)),
         drop_last=draw(st.booleans()),
-        tokens=ep.Tokens(lengths, loss, cost=cost),
+        tokens=ep.Tokens(lengths, loss, cost=cost, packing=packing),
     )
     return plan, lengths.astype(np.int64), None if loss is None else loss.astype(np.int64)
 
@@ -141,6 +142,9 @@ def test_states_round_trip_and_refuse_other_lengths(
     plan, lengths, loss = planned
     at = plan.at_step(min(step, plan.num_steps))
     state = at.state_dict()
+    # The default packing leaves the state as it was; first fit is recorded.
+    packing = plan.tokens.packing if plan.tokens is not None else "sorted"
+    assert state.get("packing", "sorted") == packing
     back = ep.EpochPlan.from_state_dict(state, lengths=lengths, loss_tokens=loss)
     assert back.start_step == at.start_step and back.state_dict() == state
     for t in range(back.start_step, back.num_steps):
@@ -194,6 +198,8 @@ def test_bad_token_arguments_name_themselves() -> None:
         ({"lengths": lengths, "cost": (0, 0)}, ValueError, "cost must be"),
         ({"lengths": lengths, "cost": "flops"}, ValueError, "cost must be"),
         ({"lengths": lengths, "loss_normalization": "x"}, ValueError, "loss_normalization must"),
+        ({"lengths": lengths, "packing": "best_fit"}, ValueError, "packing must be"),
+        ({"lengths": lengths, "packing": None}, TypeError, "packing must be"),
     ]
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):

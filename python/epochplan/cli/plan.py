@@ -155,9 +155,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--oversize",
         choices=("error", "truncate", "skip"),
-        default="error",
+        default=None,
         help="a sample longer than --max-tokens: refuse the plan (default), cut it to the "
         "cap, or leave it out",
+    )
+    p.add_argument(
+        "--packing",
+        choices=("sorted", "first_fit"),
+        default=None,
+        help="how a rank's share is cut into micro-batches: runs of similar lengths "
+        "(default, for padded batches) or first-fit decreasing (fuller packed rows)",
     )
     p.add_argument(
         "--force", action="store_true", help="replace DIR if it is an existing plan directory"
@@ -188,7 +195,12 @@ def _spec(
     tokens = None
     if args.lengths is not None:
         loss = None if args.loss_tokens is None else map_npy(args.loss_tokens)[0]
-        tokens = Tokens(map_npy(args.lengths)[0], loss, oversize=args.oversize)
+        tokens = Tokens(
+            map_npy(args.lengths)[0],
+            loss,
+            oversize=args.oversize or "error",
+            packing=args.packing or "sorted",
+        )
     return PlanSpec(
         num_samples if space is None else space,
         args.global_batch_size,
@@ -209,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
             ("--loss-tokens", args.loss_tokens),
             ("--max-tokens", args.max_tokens),
             ("--micro-batch-size", args.micro_batch_size),
+            ("--oversize", args.oversize),
+            ("--packing", args.packing),
         ):
             if value is not None:
                 raise UsageError(f"{flag} needs --lengths")

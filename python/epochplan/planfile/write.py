@@ -210,6 +210,7 @@ def token_args(
         None if max_tokens is None else int(max_tokens),
         (),
         tokens.max_length,
+        tokens.packing,
     )
     return _TokenArgs(kwargs, info)
 

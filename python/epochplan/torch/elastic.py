@@ -418,6 +418,16 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
                     f"state_dict[{key!r}] is {theirs[key]!r} but this sampler has "
                     f"{key}={ours[key]!r}"
                 )
+        if tokens is not None:
+            # How the steps are dealt and weighed: a state of other models would
+            # resume other micro-batches than this sampler's epochs deal.
+            for key in ("cost", "loss_normalization", "max_length", "packing"):
+                theirs, ours = getattr(saved.spec.tokens, key), getattr(tokens, key)
+                if theirs != ours:
+                    raise ValueError(
+                        f"state_dict[{key!r}] is {theirs!r} but this sampler's tokens have "
+                        f"{key}={ours!r}"
+                    )
         keep = keeps_set_epoch(self._epoch_set, self.epoch, saved.epoch, not saved.remaining_steps)
         epoch, step = (self.epoch, 0) if keep else (saved.epoch, saved.start_step)
         # The plan is built under the saved seed; nothing changes if that fails.

@@ -245,4 +245,6 @@ def _token_state(tokens: Any) -> dict[str, Any]:
     }
     if tokens.max_length is not None:
         state["max_length"] = tokens.max_length
+    if tokens.packing != "sorted":
+        state["packing"] = tokens.packing
     return state

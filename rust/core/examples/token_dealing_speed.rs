@@ -1,9 +1,10 @@
 //! Times one step's token dealing (balance, shares, micro-batches) on
-//! lognormal lengths: `cargo run --release --example token_dealing_speed`.
+//! lognormal lengths: `cargo run --release --example token_dealing_speed
+//! [-- first_fit]` (the packing; "sorted" by default).
 //!
 //! Lengths: `exp(ln 600 + Z)` tokens, `Z` standard normal (Box-Muller over
 //! SplitMix64), clamped to `[1, 32768]`; micro-batches capped at 32768 tokens.
-use epochplan_core::tokens::{deal_step, Caps, Cost, StepDealing};
+use epochplan_core::tokens::{deal_step, Caps, Cost, Packing, StepDealing};
 use std::time::Instant;
 
 /// SplitMix64 (Steele, Lea and Flood, 2014).
@@ -38,7 +39,11 @@ fn lognormal_step(rng: &mut SplitMix64, g: usize) -> Vec<u64> {
 }
 
 fn main() {
-    let caps = Caps::new(None, Some(MAX_TOKENS)).expect("valid caps");
+    let name = std::env::args().nth(1).unwrap_or_else(|| "sorted".into());
+    let packing = Packing::from_name(&name).expect("the packing: sorted or first_fit");
+    let caps = Caps::new(None, Some(MAX_TOKENS))
+        .expect("valid caps")
+        .with_packing(packing);
     let mut rng = SplitMix64(2024);
     println!("G      W    us/step   max/mean load   M");
     for g in [256usize, 1024, 8192] {

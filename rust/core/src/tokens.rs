@@ -50,10 +50,14 @@
 //! step.
 //!
 //! 1. Each rank's share is sorted by length (ties: position): that is the
-//!    rank's *dealing order*, and it does not depend on the caps.
-//! 2. Next-fit: the sorted share is cut into consecutive runs, a new run
-//!    starting when the next sample would break a cap. Similar lengths
-//!    share a micro-batch.
+//!    rank's *dealing order*, and it does not depend on the caps. With
+//!    [`Packing::FirstFit`] the sorted share is then reordered into its
+//!    first-fit decreasing bins under the caps (see [`Packing`]), and that
+//!    is the dealing order.
+//! 2. Next-fit: the share in dealing order is cut into consecutive runs, a
+//!    new run starting when the next sample would break a cap. Sorted,
+//!    similar lengths share a micro-batch; packed first fit, the runs are
+//!    exactly the bins.
 //! 3. `M` is the largest number of runs of any rank (at least 1). A rank
 //!    with fewer splits its own runs, the one with the most samples first
 //!    (ties: most tokens, then earliest), into halves of `ceil(k/2)` and
@@ -91,6 +95,7 @@
 mod balance;
 mod micro;
 mod oversize;
+mod packing;
 mod shares;
 
 pub use balance::{balance, greedy, spread, strided, Balance, CostValue, FloatLoad, Method};
@@ -98,6 +103,7 @@ pub use micro::{cut_share, deal_step, Caps, MicroBatchRef, MicroBatches, ShareCu
 pub use oversize::{
     truncated, CutLengths, CutLoss, Oversize, OversizeReport, OversizeScan, NAMED_IDS,
 };
+pub use packing::Packing;
 pub use shares::StepShares;
 
 use crate::error::{Error, Result};

@@ -2,10 +2,12 @@
 //! spread out, near `u64::MAX`; loss tokens with many zeros), world sizes
 //! 1..=17 and beyond the step's size, and random caps: exact coverage,
 //! equal micro-batch counts, the caps, the balance bound, strided as a
-//! floor, weights, determinism and length grouping.
+//! floor, weights, determinism and length grouping, under either packing
+//! (first fit: each share is its first-fit decreasing bins by the book).
 
 use epochplan_core::tokens::{
-    deal_step, sample_weight, step_tokens, token_weight, Caps, Cost, StepDealing, StepShares,
+    deal_step, sample_weight, step_tokens, token_weight, Caps, Cost, Packing, StepDealing,
+    StepShares,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -18,6 +20,7 @@ struct Case {
     micro_batch_size: Option<u64>,
     max_tokens: Option<u64>,
     cost: Cost,
+    packing: Packing,
 }
 
 fn lengths() -> impl Strategy<Value = Vec<u64>> {
@@ -64,22 +67,62 @@ fn cases() -> impl Strategy<Value = Case> {
             max_tokens.clone().prop_map(|m| (None, Some(m))),
             (1u64..9, max_tokens).prop_map(|(b, m)| (Some(b), Some(m))),
         ];
-        (Just(lengths), loss, world, caps, Just(cost)).prop_map(
-            |(lengths, loss_tokens, world_size, (micro_batch_size, max_tokens), cost)| Case {
-                lengths,
-                loss_tokens,
-                world_size,
-                micro_batch_size,
-                max_tokens,
-                cost,
+        let packing = prop_oneof![Just(Packing::Sorted), Just(Packing::FirstFit)];
+        (Just(lengths), loss, world, caps, Just(cost), packing).prop_map(
+            |(lengths, loss_tokens, world_size, (micro_batch_size, max_tokens), cost, packing)| {
+                Case {
+                    lengths,
+                    loss_tokens,
+                    world_size,
+                    micro_batch_size,
+                    max_tokens,
+                    cost,
+                    packing,
+                }
             },
         )
     })
 }
 
+fn caps(case: &Case) -> Caps {
+    Caps::new(case.micro_batch_size, case.max_tokens)
+        .unwrap()
+        .with_packing(case.packing)
+}
+
 fn deal(case: &Case) -> StepDealing {
-    let caps = Caps::new(case.micro_batch_size, case.max_tokens).unwrap();
-    deal_step(&case.lengths, case.cost, case.world_size, caps).unwrap()
+    deal_step(&case.lengths, case.cost, case.world_size, caps(case)).unwrap()
+}
+
+/// First-fit decreasing by the book over `share`'s samples: by decreasing
+/// length (ties: lower position), each into the first bin it fits under the
+/// case's caps; the bins in opening order, concatenated.
+fn first_fit_by_the_book(case: &Case, share: &[usize]) -> Vec<usize> {
+    let mut items = share.to_vec();
+    items.sort_by_key(|&i| (std::cmp::Reverse(case.lengths[i]), i));
+    let caps = caps(case);
+    let mut bins: Vec<(Vec<usize>, u128)> = vec![];
+    for i in items {
+        let l = u128::from(case.lengths[i]);
+        match bins
+            .iter_mut()
+            .find(|(bin, tokens)| caps.allows(bin.len() as u64 + 1, tokens + l))
+        {
+            Some((bin, tokens)) => {
+                bin.push(i);
+                *tokens += l;
+            }
+            None => bins.push((vec![i], l)),
+        }
+    }
+    bins.into_iter().flat_map(|(bin, _)| bin).collect()
+}
+
+/// The share's samples by length, ties by position.
+fn by_length(case: &Case, share: &[usize]) -> Vec<usize> {
+    let mut sorted = share.to_vec();
+    sorted.sort_by_key(|&i| (case.lengths[i], i));
+    sorted
 }
 
 /// The spread of the ranks' costs when rank `r` holds `shares[r]` (all `W`
@@ -151,8 +194,12 @@ proptest! {
         let mut packed_most = 0usize;
         for r in 0..ranks {
             let share = dealing.share(r).unwrap().to_vec();
-            // Dealing order: by length, ties by position.
-            prop_assert!(share.windows(2).all(|p| (case.lengths[p[0]], p[0]) < (case.lengths[p[1]], p[1])));
+            // Dealing order: by length, ties by position; or packed first fit.
+            let sorted = by_length(&case, &share);
+            match case.packing {
+                Packing::Sorted => prop_assert_eq!(&share, &sorted),
+                Packing::FirstFit => prop_assert_eq!(&share, &first_fit_by_the_book(&case, &sorted)),
+            }
             let runs = next_fit(&case, &share);
             packed_most = packed_most.max(runs.len());
             let mut flat = vec![];
@@ -254,11 +301,21 @@ proptest! {
     fn dealings_are_deterministic_and_shares_ignore_the_caps(case in cases(), b in 1u64..5) {
         let first = deal(&case);
         prop_assert_eq!(&first, &deal(&case));
+        // Sorted shares are the same under any caps; packed ones hold the
+        // same samples in their bins' order.
         let other = Caps::new(Some(b), None).unwrap();
         let again = deal_step(&case.lengths, case.cost, case.world_size, other).unwrap();
-        prop_assert_eq!(again.shares(), first.shares());
         let shares = StepShares::new(&case.lengths, case.cost, case.world_size).unwrap();
-        prop_assert_eq!(&shares, first.shares());
+        prop_assert_eq!(again.shares(), &shares);
+        for r in 0..case.world_size.min(case.lengths.len() as u64 + 1) {
+            let mine = first.share(r).unwrap();
+            match case.packing {
+                Packing::Sorted => prop_assert_eq!(mine, shares.share(r).unwrap()),
+                Packing::FirstFit => {
+                    prop_assert_eq!(&by_length(&case, mine)[..], shares.share(r).unwrap())
+                }
+            }
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@ use crate::errors::IntoPyResult;
 use crate::spec::Tokens;
 use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
 use epochplan_core::space::Space;
-use epochplan_core::tokens::{truncated, Caps, Cost, Normalization, OversizeReport, OversizeScan};
+use epochplan_core::tokens::{
+    truncated, Caps, Cost, Normalization, OversizeReport, OversizeScan, Packing,
+};
 use epochplan_core::{Error, Result};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -26,6 +28,8 @@ pub struct TokenArrays {
     pub loss_tokens: Option<Py<PyUntypedArray>>,
     /// Samples longer than this are read cut to it (`oversize="truncate"`).
     pub max_length: Option<u64>,
+    /// How a rank's share is cut into micro-batches.
+    pub packing: Packing,
     digests: OnceLock<(String, Option<String>)>,
     /// The oversize reports made so far, by cap: one pass over the lengths
     /// for each cap a plan is asked for.
@@ -47,6 +51,7 @@ impl TokenArrays {
                 .map(|l| sized(l, "loss_tokens"))
                 .transpose()?,
             max_length: tokens.max_length,
+            packing: tokens.packing,
             digests: OnceLock::new(),
             oversize: Mutex::new(Vec::new()),
         })

@@ -48,12 +48,12 @@ impl TokenDealer {
         max_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<TokenDealer> {
         let world_size = int_arg(world_size, "world_size", 1, MAX_I64)?;
-        let caps = caps_arg(micro_batch_size, max_tokens)?;
         let Some(tokens) = plan.token_arrays() else {
             return Err(PyValueError::new_err(
                 "plan must be a token plan (tokens=Tokens(...))",
             ));
         };
+        let caps = caps_arg(micro_batch_size, max_tokens)?.with_packing(tokens.packing);
         let (layout, _, _) = plan.parts();
         if layout.cursor() != 0 {
             return Err(PyValueError::new_err(

@@ -61,7 +61,10 @@ fn verify_token_epoch(
 ) -> PyResult<Option<Py<PyAny>>> {
     let w = int_arg(world_size, "world_size", 1, MAX_I64)?;
     let epoch = plan.epoch_number();
-    let caps = caps_arg(micro_batch_size, max_tokens)?;
+    // A stored share's cuts are next-fit over its dealing order whatever the
+    // packing; the packing matters only to deal the step again.
+    let tokens_packing = plan.token_arrays().map(|t| t.packing).unwrap_or_default();
+    let caps = caps_arg(micro_batch_size, max_tokens)?.with_packing(tokens_packing);
     // A token plan (with its arrays) is dealt as it deals; a plan without
     // them by the models the manifest records.
     let tokens = plan.token_arrays().cloned();

@@ -24,6 +24,7 @@ from epochplan._native import FORMAT_VERSION, PlanSpec
 from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest.tokens import (
     CUT_PLAN_FILE_VERSION,
+    PACKED_PLAN_FILE_VERSION,
     TOKEN_PLAN_FILE_VERSION,
     TokenInfo,
 )
@@ -51,7 +52,8 @@ PLAN_FILE_FORMAT = "epochplan-plan"
 #: an index space, with or without lengths, has version 4
 #: (``SPACE_PLAN_FILE_VERSION``): an older reader would take its ids for ids
 #: of ``range(num_samples)``. A token plan whose samples are cut has version 5
-#: (``CUT_PLAN_FILE_VERSION``).
+#: (``CUT_PLAN_FILE_VERSION``), one packed first fit version 6
+#: (``PACKED_PLAN_FILE_VERSION``).
 PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
@@ -135,6 +137,8 @@ class Manifest:
     @property
     def version(self) -> int:
         """The plan-file version of such a directory."""
+        if self.tokens is not None and self.tokens.packing != "sorted":
+            return PACKED_PLAN_FILE_VERSION
         if self.tokens is not None and self.tokens.max_length is not None:
             return CUT_PLAN_FILE_VERSION
         if self.space is not None:
@@ -201,6 +205,7 @@ class Manifest:
             TOKEN_PLAN_FILE_VERSION,
             SPACE_PLAN_FILE_VERSION,
             CUT_PLAN_FILE_VERSION,
+            PACKED_PLAN_FILE_VERSION,
         )
         # type() too: JSON's 1.0 and true equal 1 in Python.
         if type(version) is not int or version not in versions:
@@ -208,10 +213,11 @@ class Manifest:
                 f"{where}: plan_file_version is {version!r}; this release reads "
                 f"version {PLAN_FILE_VERSION}, {TOKEN_PLAN_FILE_VERSION} for token plans, "
                 f"{SPACE_PLAN_FILE_VERSION} for plans over an index space and "
-                f"{CUT_PLAN_FILE_VERSION} for token plans whose samples are cut"
+                f"{CUT_PLAN_FILE_VERSION} for token plans whose samples are cut and "
+                f"{PACKED_PLAN_FILE_VERSION} for token plans packed first fit"
             )
-        cut = version == CUT_PLAN_FILE_VERSION
-        # A cut plan says whether it is over a space by its 'space'.
+        cut = version in (CUT_PLAN_FILE_VERSION, PACKED_PLAN_FILE_VERSION)
+        # A cut or packed plan says whether it is over a space by its 'space'.
         has_space = version == SPACE_PLAN_FILE_VERSION or (cut and "space" in m)
         # A plan over a space says whether it has lengths by its 'tokens'.
         has_tokens = version == TOKEN_PLAN_FILE_VERSION or cut or (has_space and "tokens" in m)
@@ -311,7 +317,7 @@ class Manifest:
             entries.append(FileEntry(**want, blake3=digest))
         tokens = None
         if has_tokens:
-            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts, cut, places)
+            tokens = TokenInfo.parse(m, where, epochs, w, num_steps, counts, version, places)
             total_bytes = sum(f.bytes for f in entries) + sum(f.bytes for f in tokens.files)
         else:
             total_bytes = files_bytes(counts, len(epochs))

@@ -18,6 +18,7 @@ from epochplan.planfile.errors import PlanError
 
 __all__ = [
     "CUT_PLAN_FILE_VERSION",
+    "PACKED_PLAN_FILE_VERSION",
     "STEP_COLUMNS",
     "TOKEN_PLAN_FILE_VERSION",
     "ArraySource",
@@ -34,6 +35,12 @@ TOKEN_PLAN_FILE_VERSION = 3
 #: files hold the cut lengths, which an older reader would compare with the
 #: uncut lengths file.
 CUT_PLAN_FILE_VERSION = 5
+#: The plan-file version of a token plan packed first fit
+#: (``Tokens(packing="first_fit")``), cut or not, over an index space or not:
+#: its ids files hold each share in its bins' order. An older reader would
+#: still cut the same micro-batches, but its state would resume the plan
+#: with the default packing.
+PACKED_PLAN_FILE_VERSION = 6
 #: The columns of ``steps.npy``, row-major: the step's loss tokens ``T_t``,
 #: its micro-batch count ``M`` (every rank's), the filler's id and length.
 STEP_COLUMNS = ("step_tokens", "micro_batches", "filler_id", "filler_length")
@@ -110,6 +117,8 @@ class TokenInfo:
     files: tuple[TokenFile, ...]
     #: Samples longer are stored cut to it (``oversize="truncate"``), or None.
     max_length: int | None = None
+    #: How each share was cut into micro-batches: "sorted" or "first_fit".
+    packing: str = "sorted"
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -133,7 +142,10 @@ class TokenInfo:
             "loss_normalization": self.loss_normalization,
             "micro_batch_size": self.micro_batch_size,
             "max_tokens": self.max_tokens,
-        } | ({} if self.max_length is None else {"max_length": self.max_length})
+        } | (
+            ({} if self.max_length is None else {"max_length": self.max_length})
+            | ({} if self.packing == "sorted" else {"packing": self.packing})
+        )
 
     def file_list(self) -> list[dict[str, Any]]:
         """The ``token_files`` field of the manifest."""
@@ -148,14 +160,15 @@ class TokenInfo:
         world_size: int,
         num_steps: int,
         rank_counts: Sequence[int],
-        cut: bool = False,
+        version: int = TOKEN_PLAN_FILE_VERSION,
         places: Sequence[int] | None = None,
     ) -> TokenInfo:
         """Checks a token plan's ``tokens`` and ``token_files`` against the
         epochs, the world size, the step count and the rank files' counts
-        (``rank_counts``, one per rank file); ``cut``: the manifest's version
-        is ``CUT_PLAN_FILE_VERSION`` (its tokens hold a ``max_length``);
-        ``places``: the rank files' places (epoch-major) when they are a
+        (``rank_counts``, one per rank file); ``version``: the manifest's
+        (``CUT_PLAN_FILE_VERSION``: its tokens hold a ``max_length``;
+        ``PACKED_PLAN_FILE_VERSION``: a ``packing`` and maybe a
+        ``max_length``); ``places``: the rank files' places (epoch-major) when they are a
         part's, whose token files are those of its ranks, with an epoch's
         step table where the part holds the epoch's rank 0."""
         t = m.get("tokens")
@@ -189,17 +202,26 @@ class TokenInfo:
         if caps == [None, None]:
             raise PlanError(f"{where}: tokens has neither 'micro_batch_size' nor 'max_tokens'")
         max_length = t.get("max_length")
-        if cut != (max_length is not None):
+        packed = version == PACKED_PLAN_FILE_VERSION
+        if (version == CUT_PLAN_FILE_VERSION) != (max_length is not None) and not packed:
             raise PlanError(
                 f"{where}: tokens['max_length'] is {max_length!r}: plans whose samples are cut "
-                f"(and they alone) hold one, with plan_file_version {CUT_PLAN_FILE_VERSION}"
+                f"(and they alone) hold one, with plan_file_version {CUT_PLAN_FILE_VERSION} "
+                f"(or {PACKED_PLAN_FILE_VERSION} when packed first fit)"
+            )
+        packing = t.get("packing", "sorted")
+        if packed != (packing == "first_fit") or packing not in ("sorted", "first_fit"):
+            raise PlanError(
+                f"{where}: tokens['packing'] is {t.get('packing')!r}: plans packed first fit "
+                f"(and they alone) hold 'first_fit', with plan_file_version "
+                f"{PACKED_PLAN_FILE_VERSION}"
             )
         if max_length is not None and not (
             type(max_length) is int and 1 <= max_length <= _native.MAX_SAMPLES
         ):
             raise PlanError(f"{where}: tokens['max_length'] is {max_length!r}, not an int >= 1")
         norm = t["loss_normalization"]
-        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length)
+        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length, packing)
         files = m.get("token_files")
         if not isinstance(files, list):
             raise PlanError(f"{where}: a token plan's manifest needs a 'token_files' list")
@@ -236,4 +258,4 @@ class TokenInfo:
             if not (isinstance(digest, str) and len(digest) == 64):
                 raise PlanError(f"{where}: token_files[{k}] has no valid 'blake3' checksum")
             entries.append(TokenFile(**expected, blake3=digest))  # type: ignore[arg-type]
-        return cls(lengths, loss, cost, norm, caps[0], caps[1], tuple(entries), max_length)
+        return cls(lengths, loss, cost, norm, caps[0], caps[1], tuple(entries), max_length, packing)

@@ -18,6 +18,7 @@ each a 1-d little-endian int64 ``.npy`` file::
 
 from epochplan.planfile.manifest.tokens import (
     CUT_PLAN_FILE_VERSION,
+    PACKED_PLAN_FILE_VERSION,
     STEP_COLUMNS,
     TOKEN_PLAN_FILE_VERSION,
     ArraySource,
@@ -28,6 +29,7 @@ from epochplan.planfile.manifest.tokens import (
 
 __all__ = [
     "CUT_PLAN_FILE_VERSION",
+    "PACKED_PLAN_FILE_VERSION",
     "STEP_COLUMNS",
     "TOKEN_PLAN_FILE_VERSION",
     "ArraySource",

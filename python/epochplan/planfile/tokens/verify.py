@@ -73,6 +73,7 @@ def _with_tokens(spec: PlanSpec, info: TokenInfo, file_lengths: Any, file_loss: 
         cost=cost,
         loss_normalization=info.loss_normalization,
         max_length=info.max_length,
+        packing=info.packing,
     )
     return spec.replace(tokens=tokens)
 

@@ -58,6 +58,11 @@ pub trait CostValue: Copy + sealed::Sealed {
     fn key(self) -> u64;
     /// An error unless every cost can be summed and ordered.
     fn check(costs: &[Self]) -> Result<()>;
+    /// The costs as token counts, when they are.
+    fn as_tokens(costs: &[Self]) -> Option<&[u64]> {
+        let _ = costs;
+        None
+    }
 }
 
 impl CostValue for u64 {
@@ -77,6 +82,9 @@ impl CostValue for u64 {
     }
     fn check(_: &[u64]) -> Result<()> {
         Ok(())
+    }
+    fn as_tokens(costs: &[u64]) -> Option<&[u64]> {
+        Some(costs)
     }
 }
 
@@ -167,7 +175,17 @@ pub(crate) fn check_world_size(world_size: u64) -> Result<()> {
 pub fn balance<C: CostValue>(costs: &[C], world_size: u64) -> Result<Balance> {
     check_world_size(world_size)?;
     C::check(costs)?;
-    let greedy = greedy(costs, world_size)?;
+    balance_in_order(costs, world_size, &by_decreasing_cost(costs)?)
+}
+
+/// [`balance`] of checked `costs` taken in `by_cost` order (decreasing cost,
+/// ties: lower position first), which the caller already has.
+pub(crate) fn balance_in_order<C: CostValue>(
+    costs: &[C],
+    world_size: u64,
+    by_cost: &[usize],
+) -> Result<Balance> {
+    let greedy = greedy_in_order(costs, world_size, by_cost)?;
     let strided = strided(costs.len(), world_size)?;
     let greedy_spread = spread_of(costs, &greedy, world_size)?;
     let strided_spread = spread_of(costs, &strided, world_size)?;
@@ -189,10 +207,61 @@ pub fn balance<C: CostValue>(costs: &[C], world_size: u64) -> Result<Balance> {
 pub fn greedy<C: CostValue>(costs: &[C], world_size: u64) -> Result<Vec<usize>> {
     check_world_size(world_size)?;
     C::check(costs)?;
-    let n = costs.len();
-    // Decreasing cost, then increasing position.
+    greedy_in_order(costs, world_size, &by_decreasing_cost(costs)?)
+}
+
+/// The positions by decreasing cost, then increasing position.
+fn by_decreasing_cost<C: CostValue>(costs: &[C]) -> Result<Vec<usize>> {
     let top = costs.iter().map(|c| c.key()).max().unwrap_or(0);
-    let by_cost = order_by_key(n, |i| top - costs[i].key(), "the step's samples by cost")?;
+    order_by_key(
+        costs.len(),
+        |i| top - costs[i].key(),
+        "the step's samples by cost",
+    )
+}
+
+/// The positions by decreasing length, then increasing position, from
+/// `by_length` (by increasing length, then position) in O(n): its runs of
+/// equal lengths, last run first.
+pub(crate) fn by_decreasing_length(by_length: &[usize], lengths: &[u64]) -> Result<Vec<usize>> {
+    let mut out = vec_with_capacity(by_length.len(), "the step's samples by cost")?;
+    let mut end = by_length.len();
+    while end > 0 {
+        let length = lengths[by_length[end - 1]];
+        let mut start = end - 1;
+        while start > 0 && lengths[by_length[start - 1]] == length {
+            start -= 1;
+        }
+        out.extend_from_slice(&by_length[start..end]);
+        end = start;
+    }
+    Ok(out)
+}
+
+/// [`greedy`] with the samples taken in `by_cost` order.
+fn greedy_in_order<C: CostValue>(
+    costs: &[C],
+    world_size: u64,
+    by_cost: &[usize],
+) -> Result<Vec<usize>> {
+    match C::as_tokens(costs)
+        .map(|tokens| greedy_packed(tokens, world_size, by_cost))
+        .transpose()?
+        .flatten()
+    {
+        Some(rank_of) => Ok(rank_of),
+        None => greedy_heap(costs, world_size, by_cost),
+    }
+}
+
+/// [`greedy_in_order`] with a heap of `(load, count, rank)` tuples: any
+/// cost model.
+fn greedy_heap<C: CostValue>(
+    costs: &[C],
+    world_size: u64,
+    by_cost: &[usize],
+) -> Result<Vec<usize>> {
+    let n = costs.len();
     let active = active_ranks(n, world_size);
     let mut heap = BinaryHeap::new();
     heap.try_reserve_exact(active)
@@ -200,7 +269,7 @@ pub fn greedy<C: CostValue>(costs: &[C], world_size: u64) -> Result<Vec<usize>> 
     heap.extend((0..active).map(|r| Reverse((C::Load::default(), 0usize, r))));
     let mut rank_of = vec_with_capacity(n, "the step's ranks")?;
     rank_of.resize(n, 0usize);
-    for &i in &by_cost {
+    for &i in by_cost {
         // The heap always holds `active >= 1` ranks when there is a sample;
         // the least-loaded rank takes the sample and sinks to its place.
         let Some(mut least) = heap.peek_mut() else {
@@ -211,6 +280,34 @@ pub fn greedy<C: CostValue>(costs: &[C], world_size: u64) -> Result<Vec<usize>> 
         *least = Reverse((costs[i].add_to(load), count + 1, rank));
     }
     Ok(rank_of)
+}
+
+/// [`greedy_in_order`] for token costs whose sum fits in 64 bits (and fewer
+/// than `2^32` samples and ranks): a rank's `(load, count, rank)` packed into
+/// one `u128` (load in the high 64 bits, then 32 bits each), whose integer
+/// order is that tuple's, so the heap compares one integer. None otherwise.
+fn greedy_packed(costs: &[u64], world_size: u64, by_cost: &[usize]) -> Result<Option<Vec<usize>>> {
+    let n = costs.len();
+    let active = active_ranks(n, world_size);
+    let total: u128 = costs.iter().map(|&c| u128::from(c)).sum();
+    if total > u128::from(u64::MAX) || n >= 1 << 32 || active >= 1 << 32 {
+        return Ok(None);
+    }
+    let mut heap = BinaryHeap::new();
+    heap.try_reserve_exact(active)
+        .map_err(|_| Error::Memory(format!("cannot allocate {active} ranks: not enough memory")))?;
+    heap.extend((0..active).map(|r| Reverse(r as u128)));
+    let mut rank_of = vec_with_capacity(n, "the step's ranks")?;
+    rank_of.resize(n, 0usize);
+    for &i in by_cost {
+        let Some(mut least) = heap.peek_mut() else {
+            break;
+        };
+        let key = least.0;
+        rank_of[i] = (key as u32) as usize;
+        least.0 = key + (u128::from(costs[i]) << 64) + (1 << 32);
+    }
+    Ok(Some(rank_of))
 }
 
 /// The positions `0..n` ordered by `(key(i), i)`. Each pair is packed into
@@ -302,6 +399,32 @@ pub(crate) fn loads<C: CostValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_token_loads_deal_as_the_tuple_heap() {
+        let mut x = 7u64;
+        for n in [1usize, 2, 5, 40, 333] {
+            for w in [1u64, 2, 3, 8, 64, 1000] {
+                let costs: Vec<u64> = (0..n)
+                    .map(|_| {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        (x >> 40) % 50
+                    })
+                    .collect();
+                let order = by_decreasing_cost(&costs).unwrap();
+                let packed = greedy_packed(&costs, w, &order).unwrap().unwrap();
+                assert_eq!(
+                    packed,
+                    greedy_heap(&costs, w, &order).unwrap(),
+                    "n={n} w={w}"
+                );
+            }
+        }
+        // Loads past 64 bits take the tuple heap.
+        assert_eq!(greedy_packed(&[u64::MAX, 1], 1, &[0, 1]).unwrap(), None);
+    }
 
     #[test]
     fn greedy_puts_each_sample_on_the_least_loaded_rank() {

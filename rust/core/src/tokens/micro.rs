@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::packing::Packing;
 use super::shares::StepShares;
 use super::Cost;
 use crate::buffer::vec_with_capacity;
@@ -12,11 +13,13 @@ use crate::split::check_rank;
 
 /// The limits of one micro-batch: at most `micro_batch_size` samples and at
 /// most `max_tokens` tokens (the sum of its samples' lengths, as a packed
-/// sequence holds them). At least one is set, and neither is 0.
+/// sequence holds them). At least one is set, and neither is 0. The
+/// [`Packing`] says how a share is cut under them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Caps {
     micro_batch_size: Option<u64>,
     max_tokens: Option<u64>,
+    packing: Packing,
 }
 
 impl Caps {
@@ -38,7 +41,18 @@ impl Caps {
         Ok(Caps {
             micro_batch_size,
             max_tokens,
+            packing: Packing::Sorted,
         })
+    }
+
+    /// The same caps, shares cut by `packing`.
+    pub fn with_packing(self, packing: Packing) -> Caps {
+        Caps { packing, ..self }
+    }
+
+    /// How a share is cut under the caps.
+    pub fn packing(&self) -> Packing {
+        self.packing
     }
 
     /// The most samples in a micro-batch, if capped.
@@ -131,7 +145,7 @@ pub fn deal_step(lengths: &[u64], cost: Cost, world_size: u64, caps: Caps) -> Re
 impl StepDealing {
     /// Cuts `shares` (of a step whose samples have `lengths` tokens) into
     /// micro-batches under `caps`.
-    pub fn new(shares: StepShares, lengths: &[u64], caps: Caps) -> Result<StepDealing> {
+    pub fn new(mut shares: StepShares, lengths: &[u64], caps: Caps) -> Result<StepDealing> {
         if shares.len() != lengths.len() || lengths.is_empty() {
             return Err(Error::Value(format!(
                 "lengths must hold the step's {} samples (at least one), got {}",
@@ -140,11 +154,14 @@ impl StepDealing {
             )));
         }
         caps.check_lengths(lengths)?;
+        if caps.packing() == Packing::FirstFit {
+            shares.pack_first_fit(lengths, caps)?;
+        }
         let active = shares.active_ranks();
         let mut ends = vec_with_capacity(lengths.len(), "the step's micro-batches")?;
         let mut end_starts = vec_with_capacity(active + 1, "the step's micro-batches")?;
         end_starts.push(0);
-        // Next-fit over each share (sorted by length) under the caps.
+        // Next-fit over each share (in dealing order) under the caps.
         for r in 0..active {
             let share = shares.share_unchecked(r as u64);
             next_fit(
@@ -552,8 +569,11 @@ mod tests {
                 })
                 .collect();
             for w in 1..6u64 {
-                for (b, m) in [(Some(2), None), (None, Some(9)), (Some(3), Some(12))] {
-                    let caps = Caps::new(b, m).unwrap();
+                for ((b, m), packing) in [(Some(2), None), (None, Some(9)), (Some(3), Some(12))]
+                    .into_iter()
+                    .flat_map(|c| [(c, Packing::Sorted), (c, Packing::FirstFit)])
+                {
+                    let caps = Caps::new(b, m).unwrap().with_packing(packing);
                     let dealing = deal_step(&lengths, Cost::Tokens, w, caps).unwrap();
                     let mut most = 0;
                     for r in 0..w {
@@ -573,6 +593,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn first_fit_packs_fuller_micro_batches_than_sorted_runs() {
+        // Sorted runs under 10: [1, 2, 3, 4] [5] [6] [7]; first fit
+        // decreasing: [7, 3] [6, 4] [5, 2, 1].
+        let lengths = [5, 1, 7, 3, 6, 2, 4];
+        let sorted = Caps::new(None, Some(10)).unwrap();
+        let first_fit = sorted.with_packing(Packing::FirstFit);
+        let runs = deal_step(&lengths, Cost::Tokens, 1, sorted).unwrap();
+        assert_eq!(runs.num_micro_batches(), 4);
+        let packed = deal_step(&lengths, Cost::Tokens, 1, first_fit).unwrap();
+        let batches: Vec<&[usize]> = packed
+            .micro_batches(0)
+            .unwrap()
+            .map(|mb| mb.samples)
+            .collect();
+        assert_eq!(batches, vec![&[2, 3][..], &[4, 6], &[0, 5, 1]]);
+        assert_eq!(packed.caps().packing(), Packing::FirstFit);
     }
 
     #[test]

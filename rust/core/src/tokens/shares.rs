@@ -1,15 +1,22 @@
 //! The ranks' shares of a step in dealing order: the [`Balance`] grouped by
-//! rank, each share sorted by length (ties: lower position first).
+//! rank, each share sorted by length (ties: lower position first), or, with
+//! [`super::Packing::FirstFit`], in its first-fit decreasing bins.
 
-use super::balance::{active_ranks, balance, check_world_size, order_by_key, Balance, Method};
+use super::balance::{
+    active_ranks, balance, balance_in_order, by_decreasing_length, check_world_size, order_by_key,
+    Balance, Method,
+};
+use super::micro::Caps;
+use super::packing::{first_fit_order, FreeSpace};
 use super::Cost;
 use crate::buffer::vec_with_capacity;
 use crate::error::Result;
 use crate::split::check_rank;
 
-/// Which samples of a step each rank gets, in dealing order. It does not
-/// depend on the micro-batch caps: the micro-batches of
-/// [`super::StepDealing`] are consecutive runs of these shares.
+/// Which samples of a step each rank gets, in dealing order. Sorted by
+/// length, it does not depend on the micro-batch caps; packed first fit, it
+/// does. The micro-batches of [`super::StepDealing`] are consecutive runs of
+/// these shares either way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepShares {
     world_size: u64,
@@ -27,11 +34,17 @@ impl StepShares {
     /// `cost` over `world_size` ranks.
     pub fn new(lengths: &[u64], cost: Cost, world_size: u64) -> Result<StepShares> {
         check_world_size(world_size)?;
+        let by_length = order_by_key(lengths.len(), |i| lengths[i], "the step's dealing order")?;
         let balance = match cost {
-            Cost::Tokens => balance(lengths, world_size)?,
+            // Costs are the lengths: their decreasing order comes from the
+            // one sort by length.
+            Cost::Tokens => {
+                let by_cost = by_decreasing_length(&by_length, lengths)?;
+                balance_in_order(lengths, world_size, &by_cost)?
+            }
             Cost::Quadratic { .. } => balance(&cost.costs(lengths)?, world_size)?,
         };
-        StepShares::from_balance(&balance, lengths)
+        StepShares::grouped(&balance, lengths, &by_length)
     }
 
     /// Groups `balance` (of a step whose samples have `lengths` tokens) by
@@ -45,10 +58,16 @@ impl StepShares {
                 lengths.len()
             )));
         }
-        let active = balance.active_ranks();
-        // The step by (length, position) ...
         let by_length = order_by_key(lengths.len(), |i| lengths[i], "the step's dealing order")?;
-        // ... then a counting sort by rank, which keeps that order in each share.
+        StepShares::grouped(balance, lengths, &by_length)
+    }
+
+    /// [`StepShares::from_balance`] with the step already ordered by
+    /// `(length, position)` (`by_length`).
+    fn grouped(balance: &Balance, lengths: &[u64], by_length: &[usize]) -> Result<StepShares> {
+        let rank_of = balance.rank_of();
+        let active = balance.active_ranks();
+        // A counting sort by rank keeps the order by length in each share.
         let mut starts = vec_with_capacity(active + 1, "the ranks' shares")?;
         starts.resize(active + 1, 0usize);
         for &r in rank_of {
@@ -60,7 +79,7 @@ impl StepShares {
         let mut next = starts.clone();
         let mut order = vec_with_capacity(lengths.len(), "the step's dealing order")?;
         order.resize(lengths.len(), 0usize);
-        for &i in &by_length {
+        for &i in by_length {
             let r = rank_of[i];
             order[next[r]] = i;
             next[r] += 1;
@@ -71,6 +90,18 @@ impl StepShares {
             order,
             starts,
         })
+    }
+
+    /// Reorders every share into its first-fit decreasing bins under `caps`
+    /// ([`super::Packing::FirstFit`]): the dealing order then depends on the
+    /// caps.
+    pub(crate) fn pack_first_fit(&mut self, lengths: &[u64], caps: Caps) -> Result<()> {
+        let mut bins = FreeSpace::default();
+        for r in 0..self.active_ranks() {
+            let (start, end) = (self.starts[r], self.starts[r + 1]);
+            first_fit_order(&mut self.order[start..end], lengths, caps, &mut bins)?;
+        }
+        Ok(())
     }
 
     /// The number of ranks `W`.

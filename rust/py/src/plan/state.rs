@@ -6,6 +6,7 @@ use crate::args::{bool_arg, int_arg, opt_int_arg, str_arg, Keyword, MAX_I64, MAX
 use crate::lengths::cost_value;
 use crate::spec::{kind_object, kind_of_state, kind_params, PlanSpec, Tokens, KIND_KEYS};
 use epochplan_core::dealing::Dealing;
+use epochplan_core::tokens::Packing;
 use epochplan_core::FORMAT_VERSION;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -30,6 +31,10 @@ const SPACE_KEY: &str = "space";
 
 /// The key a token plan that cuts its samples adds (`max_length`).
 const MAX_LENGTH_KEY: &str = "max_length";
+
+/// The key a token plan whose shares are packed first fit adds (absent for
+/// the default "sorted", so such states stay as they were).
+const PACKING_KEY: &str = "packing";
 
 /// The keys a token plan's state adds.
 const TOKEN_KEYS: [&str; 4] = [
@@ -64,6 +69,9 @@ pub(super) fn to_dict<'py>(plan: &EpochPlan, py: Python<'py>) -> PyResult<Bound<
         if let Some(max_length) = tokens.max_length {
             d.set_item(MAX_LENGTH_KEY, max_length)?;
         }
+        if tokens.packing != Packing::default() {
+            d.set_item(PACKING_KEY, tokens.packing.name())?;
+        }
     }
     Ok(d)
 }
@@ -92,8 +100,9 @@ pub(super) fn from_dict(
     })?;
     for key in d.keys() {
         let k: String = key.extract().unwrap_or_default();
-        // A cut (`max_length`) belongs to a token plan's state only.
-        let cut = k == MAX_LENGTH_KEY && d.contains("lengths_digest").unwrap_or(false);
+        // A cut (`max_length`) and a packing belong to a token plan's state only.
+        let cut = (k == MAX_LENGTH_KEY || k == PACKING_KEY)
+            && d.contains("lengths_digest").unwrap_or(false);
         let known = STATE_KEYS.contains(&k.as_str())
             || KIND_KEYS.contains(&k.as_str())
             || TOKEN_KEYS.contains(&k.as_str())
@@ -234,6 +243,9 @@ pub(super) fn from_dict(
                 kwargs.set_item("cost", cost.as_ref())?;
                 kwargs.set_item("loss_normalization", normalization.as_ref())?;
                 kwargs.set_item("max_length", d.get_item(MAX_LENGTH_KEY)?)?;
+                if let Some(packing) = d.get_item(PACKING_KEY)? {
+                    kwargs.set_item("packing", packing)?;
+                }
                 Some(
                     py.get_type::<Tokens>()
                         .call((lengths, loss_tokens), Some(&kwargs))?,

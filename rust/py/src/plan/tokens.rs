@@ -32,7 +32,7 @@ impl EpochPlan {
     ) -> PyResult<MicroCaps> {
         Ok(match &self.tokens {
             Some(tokens) => {
-                let caps = caps_arg(micro_batch_size, max_tokens)?;
+                let caps = caps_arg(micro_batch_size, max_tokens)?.with_packing(tokens.packing);
                 if let (Some(cap), Some(arg), true) = (caps.max_tokens(), max_tokens, oversize) {
                     // Every sample over the cap, found before the first batch
                     // (one pass over the lengths, kept for the plan's life).

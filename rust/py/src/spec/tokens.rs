@@ -3,7 +3,7 @@
 
 use crate::args::{opt_int_arg, str_arg, Keyword, MAX_I64};
 use crate::lengths::{checked_array, cost_arg, cost_value, normalization_arg};
-use epochplan_core::tokens::{Cost, Normalization};
+use epochplan_core::tokens::{Cost, Normalization, Packing};
 use numpy::PyUntypedArray;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -39,6 +39,11 @@ pub const OVERSIZE_POLICIES: [&str; 3] = ["error", "truncate", "skip"];
 ///         the first batch, naming how many and the first ids),
 ///         ``"truncate"`` (cut it to the cap) or ``"skip"`` (leave it out of
 ///         every step and weight).
+///     packing: how a rank's share of a step is cut into micro-batches:
+///         ``"sorted"`` (runs of similar lengths, for padded batches) or
+///         ``"first_fit"`` (first-fit decreasing under the caps: fewer,
+///         fuller micro-batches packed into one sequence, for varlen
+///         attention). The steps, shares and weights are the same.
 ///
 /// A pickle (a spec sent to Ray tasks or spawned workers) names a read-only
 /// ``np.memmap`` of a whole file (``np.load(path, mmap_mode="r")``) and
@@ -64,6 +69,7 @@ pub struct Tokens {
     pub(crate) normalization: Normalization,
     pub(crate) max_length: Option<u64>,
     pub(crate) oversize: &'static str,
+    pub(crate) packing: Packing,
 }
 
 impl Tokens {
@@ -77,8 +83,21 @@ impl Tokens {
             normalization: self.normalization,
             max_length: self.max_length,
             oversize,
+            packing: self.packing,
         }
     }
+}
+
+/// The `packing` argument: "sorted" or "first_fit".
+pub fn packing_arg(obj: &Bound<'_, PyAny>) -> PyResult<Packing> {
+    let message = |got: String| format!("packing must be \"sorted\" or \"first_fit\", got {got}");
+    if !obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err(message(
+            obj.get_type().name()?.to_string(),
+        )));
+    }
+    let name = str_arg(obj, "packing")?;
+    Packing::from_name(&name).ok_or_else(|| PyValueError::new_err(message(format!("{name:?}"))))
 }
 
 /// The `oversize` argument: one of [`OVERSIZE_POLICIES`].
@@ -106,9 +125,10 @@ impl Tokens {
     #[pyo3(
         signature = (lengths, loss_tokens = None, *, cost = Keyword::Omitted,
                      loss_normalization = Keyword::Omitted, max_length = None,
-                     oversize = Keyword::Omitted),
-        text_signature = "(lengths, loss_tokens=None, *, cost='tokens', loss_normalization='tokens', max_length=None, oversize='error')"
+                     oversize = Keyword::Omitted, packing = Keyword::Omitted),
+        text_signature = "(lengths, loss_tokens=None, *, cost='tokens', loss_normalization='tokens', max_length=None, oversize='error', packing='sorted')"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         lengths: &Bound<'_, PyAny>,
@@ -117,6 +137,7 @@ impl Tokens {
         loss_normalization: Keyword<'_>,
         max_length: Option<&Bound<'_, PyAny>>,
         oversize: Keyword<'_>,
+        packing: Keyword<'_>,
     ) -> PyResult<Self> {
         let lengths = checked_array(lengths, "lengths", None)?;
         let loss_tokens = loss_tokens
@@ -152,6 +173,11 @@ impl Tokens {
             Some(o) => oversize_arg(o)?,
             None => "error",
         };
+        let packing = packing
+            .given()
+            .map(packing_arg)
+            .transpose()?
+            .unwrap_or_default();
         Ok(Tokens {
             lengths,
             loss_tokens,
@@ -159,6 +185,7 @@ impl Tokens {
             normalization,
             max_length,
             oversize,
+            packing,
         })
     }
 
@@ -198,6 +225,12 @@ impl Tokens {
     #[getter]
     fn oversize(&self) -> &'static str {
         self.oversize
+    }
+
+    /// How a share is cut into micro-batches: "sorted" or "first_fit".
+    #[getter]
+    fn packing(&self) -> &'static str {
+        self.packing.name()
     }
 
     /// The same arrays and models with some of them replaced (keyword
@@ -243,7 +276,7 @@ impl Tokens {
         let n = self.lengths.bind(py).len()?;
         Ok(format!(
             "Tokens(lengths=<{n} values>, loss_tokens={}, cost={}, loss_normalization='{}', \
-             max_length={}, oversize='{}')",
+             max_length={}, oversize='{}', packing='{}')",
             if self.loss_tokens.is_some() {
                 "<given>"
             } else {
@@ -253,7 +286,8 @@ impl Tokens {
             normalization_name(self.normalization),
             self.max_length
                 .map_or_else(|| "None".to_string(), |m| m.to_string()),
-            self.oversize
+            self.oversize,
+            self.packing.name()
         ))
     }
 }
@@ -268,6 +302,7 @@ impl Tokens {
         kwargs.set_item("loss_normalization", normalization_name(self.normalization))?;
         kwargs.set_item("max_length", self.max_length)?;
         kwargs.set_item("oversize", self.oversize)?;
+        kwargs.set_item("packing", self.packing.name())?;
         Ok(kwargs)
     }
 }
