@@ -284,8 +284,9 @@ fn greedy_heap<C: CostValue>(
 
 /// [`greedy_in_order`] for token costs whose sum fits in 64 bits (and fewer
 /// than `2^32` samples and ranks): a rank's `(load, count, rank)` packed into
-/// one `u128` (load in the high 64 bits, then 32 bits each), whose integer
-/// order is that tuple's, so the heap compares one integer. None otherwise.
+/// one integer whose order is that tuple's, so the least loaded rank is
+/// found by comparing integers: a `u64` when the three fit in it (a step's
+/// tokens, samples and ranks, as bits), else a `u128`. None otherwise.
 fn greedy_packed(costs: &[u64], world_size: u64, by_cost: &[usize]) -> Result<Option<Vec<usize>>> {
     let n = costs.len();
     let active = active_ranks(n, world_size);
@@ -293,21 +294,69 @@ fn greedy_packed(costs: &[u64], world_size: u64, by_cost: &[usize]) -> Result<Op
     if total > u128::from(u64::MAX) || n >= 1 << 32 || active >= 1 << 32 {
         return Ok(None);
     }
-    let mut heap = BinaryHeap::new();
-    heap.try_reserve_exact(active)
-        .map_err(|_| Error::Memory(format!("cannot allocate {active} ranks: not enough memory")))?;
-    heap.extend((0..active).map(|r| Reverse(r as u128)));
-    let mut rank_of = vec_with_capacity(n, "the step's ranks")?;
-    rank_of.resize(n, 0usize);
-    for &i in by_cost {
-        let Some(mut least) = heap.peek_mut() else {
-            break;
-        };
-        let key = least.0;
-        rank_of[i] = (key as u32) as usize;
-        least.0 = key + (u128::from(costs[i]) << 64) + (1 << 32);
+    let bits = |x: u128| 128 - x.leading_zeros();
+    let (rank_bits, count_bits) = (bits(active as u128), bits(n as u128));
+    if bits(total) + count_bits + rank_bits <= 64 {
+        least_loaded::<u64>(costs, active, by_cost, rank_bits, count_bits).map(Some)
+    } else {
+        least_loaded::<u128>(costs, active, by_cost, 32, 32).map(Some)
     }
-    Ok(Some(rank_of))
+}
+
+/// The greedy assignment over `active` ranks with keys of type `K`: the
+/// rank in the low `rank_bits`, its count in the next `count_bits`, its load
+/// above; the keys fit (the caller checked). A scan for the least key over
+/// a few ranks, a heap over more.
+fn least_loaded<K>(
+    costs: &[u64],
+    active: usize,
+    by_cost: &[usize],
+    rank_bits: u32,
+    count_bits: u32,
+) -> Result<Vec<usize>>
+where
+    K: Copy + Ord + TryFrom<u128> + Into<u128>,
+{
+    let key = |k: u128| {
+        K::try_from(k)
+            .ok()
+            .unwrap_or_else(|| unreachable!("keys fit"))
+    };
+    let rank_mask = (1u128 << rank_bits) - 1;
+    let one = 1u128 << rank_bits;
+    let load_shift = rank_bits + count_bits;
+    let mut rank_of = vec_with_capacity(costs.len(), "the step's ranks")?;
+    rank_of.resize(costs.len(), 0usize);
+    let step = |least: K, i: usize| -> K {
+        key(least.into() + (u128::from(costs[i]) << load_shift) + one)
+    };
+    if active <= 16 {
+        let mut keys: Vec<K> = (0..active).map(|r| key(r as u128)).collect();
+        for &i in by_cost {
+            let (at, &least) = keys
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, &k)| k)
+                .unwrap_or_else(|| unreachable!("at least one rank"));
+            rank_of[i] = (least.into() & rank_mask) as usize;
+            keys[at] = step(least, i);
+        }
+    } else {
+        let mut heap = BinaryHeap::new();
+        heap.try_reserve_exact(active).map_err(|_| {
+            Error::Memory(format!("cannot allocate {active} ranks: not enough memory"))
+        })?;
+        heap.extend((0..active).map(|r| Reverse(key(r as u128))));
+        for &i in by_cost {
+            let Some(mut least) = heap.peek_mut() else {
+                break;
+            };
+            let k = least.0;
+            rank_of[i] = (k.into() & rank_mask) as usize;
+            least.0 = step(k, i);
+        }
+    }
+    Ok(rank_of)
 }
 
 /// The positions `0..n` ordered by `(key(i), i)`. Each pair is packed into
@@ -413,13 +462,14 @@ mod tests {
                         (x >> 40) % 50
                     })
                     .collect();
-                let order = by_decreasing_cost(&costs).unwrap();
-                let packed = greedy_packed(&costs, w, &order).unwrap().unwrap();
-                assert_eq!(
-                    packed,
-                    greedy_heap(&costs, w, &order).unwrap(),
-                    "n={n} w={w}"
-                );
+                // Small loads pack into u64 keys, large ones into u128.
+                for scale in [1u64, 1 << 40] {
+                    let costs: Vec<u64> = costs.iter().map(|&c| c * scale).collect();
+                    let order = by_decreasing_cost(&costs).unwrap();
+                    let packed = greedy_packed(&costs, w, &order).unwrap().unwrap();
+                    let want = greedy_heap(&costs, w, &order).unwrap();
+                    assert_eq!(packed, want, "n={n} w={w} scale={scale}");
+                }
             }
         }
         // Loads past 64 bits take the tuple heap.
