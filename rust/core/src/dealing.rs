@@ -131,7 +131,18 @@ macro_rules! slice_lengths {
             fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
                 out.try_reserve(ids.len())
                     .map_err(|_| Error::Memory("cannot allocate the step's lengths".into()))?;
-                for &id in ids {
+                // The ids of a step are scattered over the array: each read
+                // is a cache miss, so the entry a few ids ahead is fetched
+                // while this one is read.
+                const AHEAD: usize = 16;
+                for (k, &id) in ids.iter().enumerate() {
+                    if let Some(ahead) = ids
+                        .get(k + AHEAD)
+                        .and_then(|&a| usize::try_from(a).ok())
+                        .and_then(|a| self.get(a))
+                    {
+                        crate::buffer::prefetch(ahead);
+                    }
                     let value = usize::try_from(id).ok().and_then(|i| self.get(i)).ok_or_else(|| {
                         Error::Index(format!(
                             "sample id must be in [0, {}), got {id}",

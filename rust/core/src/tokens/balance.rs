@@ -186,11 +186,9 @@ pub(crate) fn balance_in_order<C: CostValue>(
     by_cost: &[usize],
 ) -> Result<Balance> {
     let greedy = greedy_in_order(costs, world_size, by_cost)?;
-    let strided = strided(costs.len(), world_size)?;
     let greedy_spread = spread_of(costs, &greedy, world_size)?;
-    let strided_spread = spread_of(costs, &strided, world_size)?;
-    let (rank_of, method) = if strided_spread <= greedy_spread {
-        (strided, Method::Strided)
+    let (rank_of, method) = if strided_spread(costs, world_size)? <= greedy_spread {
+        (strided(costs.len(), world_size)?, Method::Strided)
     } else {
         (greedy, Method::Greedy)
     };
@@ -427,6 +425,26 @@ fn spread_of<C: CostValue>(costs: &[C], rank_of: &[usize], world_size: u64) -> R
     Ok(C::difference(max, min))
 }
 
+/// [`spread`] of the strided assignment, without building it: the same
+/// loads, each rank's costs summed in position order.
+fn strided_spread<C: CostValue>(costs: &[C], world_size: u64) -> Result<C::Load> {
+    let active = active_ranks(costs.len(), world_size);
+    let mut loads = vec_with_capacity(active, "the ranks' loads")?;
+    loads.resize(active, C::Load::default());
+    for chunk in costs.chunks(active.max(1)) {
+        for (load, &c) in loads.iter_mut().zip(chunk) {
+            *load = c.add_to(*load);
+        }
+    }
+    let zero = C::Load::default();
+    let max = loads.iter().copied().max().unwrap_or(zero);
+    let mut min = loads.iter().copied().min().unwrap_or(zero);
+    if (active as u64) < world_size {
+        min = zero;
+    }
+    Ok(C::difference(max, min))
+}
+
 /// The load of each of the ranks that can hold samples (`min(W, n)`), the
 /// costs of each rank summed in position order. Ranks outside are ignored.
 pub(crate) fn loads<C: CostValue>(
@@ -448,6 +466,24 @@ pub(crate) fn loads<C: CostValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_strided_spread_is_that_of_the_strided_assignment() {
+        let costs: Vec<u64> = (0..37u64).map(|i| (i * 7919) % 101).collect();
+        let floats: Vec<f64> = costs.iter().map(|&c| c as f64 * 0.1).collect();
+        for w in [1u64, 2, 5, 36, 37, 38, 1000] {
+            let rank_of = strided(costs.len(), w).unwrap();
+            assert_eq!(
+                strided_spread(&costs, w).unwrap(),
+                spread(&costs, &rank_of, w).unwrap()
+            );
+            let (a, b) = (
+                strided_spread(&floats, w).unwrap(),
+                spread(&floats, &rank_of, w).unwrap(),
+            );
+            assert_eq!(a.0.to_bits(), b.0.to_bits(), "w={w}");
+        }
+    }
 
     #[test]
     fn packed_token_loads_deal_as_the_tuple_heap() {
