@@ -12,9 +12,10 @@ every side. Each side packs the whole epoch for W = 8 ranks under a cap of
 16384 tokens per micro-batch:
 
 - epochplan: ``ElasticBatchSampler(PlanSpec(N, G=1024, tokens=Tokens(lengths,
-  oversize="truncate")), None, max_tokens=16384)``: the samples over the cap are found at
-  construction and cut to it; every rank's micro-batches of every step
-  (``plan.micro_batches(rank, 8, max_tokens=16384)``).
+  oversize="truncate", packing=P)), None, max_tokens=16384)``: the samples over the cap are
+  found at construction and cut to it; every rank's micro-batches of every step
+  (``plan.micro_batches(rank, 8, max_tokens=16384)``), once for each packing P
+  ("sorted", the default, and "first_fit").
 - axolotl 0.19.0: ``MultipackBatchSampler`` (its file loaded by path, with
   stand-ins for its logger and its ``reduce_and_broadcast``) on each rank's
   ``DistributedSampler`` shard (shuffled, seed 0), ``batch_size=1`` bin per
@@ -61,6 +62,10 @@ WORLDS = (1, 2, 3, 7, 8, 64)
 AXOLOTL_PIN = "axolotl==0.19.0"
 
 
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(seed)
     values = rng.lognormal(np.log(CAP / 20), 1.0, n)
@@ -105,13 +110,16 @@ def load_verl() -> tuple[Any, str]:
     return load()  # type: ignore[no-any-return]
 
 
-def ours_epoch(lengths: np.ndarray[Any, Any], w: int, ranks: range | None = None) -> dict[str, Any]:
+def ours_epoch(
+    lengths: np.ndarray[Any, Any], w: int, ranks: range | None = None, packing: str = "sorted"
+) -> dict[str, Any]:
     """epochplan's micro-batches of every rank (or ``ranks``) for one epoch."""
     from epochplan import PlanSpec, Tokens
     from epochplan.torch import ElasticBatchSampler
 
     start = time.perf_counter()
-    spec = PlanSpec(len(lengths), G, tokens=Tokens(lengths, oversize="truncate"))
+    tokens = Tokens(lengths, oversize="truncate", packing=packing)
+    spec = PlanSpec(len(lengths), G, tokens=tokens)
     sampler = ElasticBatchSampler(spec, None, max_tokens=CAP, rank=0, num_replicas=w)
     plan, report = sampler.plan, sampler.oversize_report
     built = time.perf_counter() - start
@@ -133,10 +141,16 @@ def ours_epoch(lengths: np.ndarray[Any, Any], w: int, ranks: range | None = None
         counts.append(per_step)
     elapsed = time.perf_counter() - start
     seen = np.concatenate([np.concatenate(s) for s in steps if s]) if plan.num_steps else []
+    # The most any packer can fill while keeping these steps and giving every
+    # rank the same count: a step of T tokens needs ceil(T / cap) rows, and
+    # every rank takes the count of the rank that needs most.
+    step_totals = [int(cut[np.concatenate(s)].sum()) for s in steps if s]
+    least_rows = sum(ceil_div(ceil_div(t, CAP), w) * w for t in step_totals)
     return {
         "seconds": elapsed,
         "construction_seconds": built,
         "efficiency": real_tokens / (micro * CAP),
+        "step_bound": sum(step_totals) / (least_rows * CAP) if least_rows else 1.0,
         "micro_batches": micro,
         "dropped": len(lengths) - len(np.unique(seen)),
         "repeated": len(seen) - len(np.unique(seen)),
@@ -230,14 +244,14 @@ def same_batches(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -
     return sum(int(np.array_equal(x, y)) for x, y in zip(a, b, strict=False))
 
 
-def one_rank_seconds(lengths: np.ndarray[Any, Any]) -> tuple[float, float]:
+def one_rank_seconds(lengths: np.ndarray[Any, Any], packing: str) -> tuple[float, float]:
     """epochplan's construction (with the oversize scan) and rank 3 of 8's
     whole epoch of micro-batches, nothing else done with them."""
     from epochplan import PlanSpec, Tokens
     from epochplan.torch import ElasticBatchSampler
 
     start = time.perf_counter()
-    spec = PlanSpec(len(lengths), G, tokens=Tokens(lengths))
+    spec = PlanSpec(len(lengths), G, tokens=Tokens(lengths, packing=packing))
     sampler = ElasticBatchSampler(spec, None, max_tokens=CAP, rank=3, num_replicas=8)
     built = time.perf_counter() - start
     for _ in sampler.plan.micro_batches(3, 8, max_tokens=CAP):
@@ -350,8 +364,9 @@ def main() -> None:
         worlds_part(axolotl, w_n, report)
     if "one-rank" in parts:
         huge = np.minimum(lognormal_lengths(big, 2), CAP)
-        built, seconds = one_rank_seconds(huge)
+        built, seconds = one_rank_seconds(huge, "sorted")
         report["one_rank"] = {"n": big, "epochplan_seconds": seconds, "construction": built}
+        report["one_rank"]["first_fit_seconds"] = one_rank_seconds(huge, "first_fit")[1]
         if axolotl is not None:
             theirs = axolotl_epoch(axolotl, huge, 8, ranks=range(3, 4))
             report["one_rank"]["axolotl_seconds"] = theirs["seconds"]
@@ -376,6 +391,7 @@ def add_tables(report: dict[str, Any], results: Tables) -> None:
     if "epochplan" in report:
         sides = (
             ("epochplan", report["epochplan"], ""),
+            ("epochplan_first_fit", report["epochplan_first_fit"], ""),
             ("axolotl", report.get("axolotl_run"), report["axolotl"]),
             ("verl", report.get("verl_run"), report["verl"]),
         )
@@ -414,11 +430,12 @@ def packing_part(
 ) -> None:
     lengths = lognormal_lengths(n)
     report["over_cap_samples"] = int((lengths > CAP).sum())
-    mine = ours_epoch(lengths, 8)
-    mine.pop("global_batches")
-    report["epochplan"] = mine
     print(f"N={n:,} W=8 cap={CAP}: {report['over_cap_samples']} samples over the cap")
-    print("epochplan", mine, flush=True)
+    for key, packing in (("epochplan", "sorted"), ("epochplan_first_fit", "first_fit")):
+        mine = ours_epoch(lengths, 8, packing=packing)
+        mine.pop("global_batches")
+        report[key] = mine
+        print(key, mine, flush=True)
     # The others take the lengths cut to the cap (verl asserts on a longer
     # one; axolotl packs it alone in a bin over the cap, counted in worlds).
     cut = np.minimum(lengths, CAP)

@@ -269,14 +269,21 @@ def packing_block(t: Tables) -> str:
     if "packing" in t.tables:
         sides = {r["side"]: r for r in t.tables["packing"]}
         ours, axo, verl = sides["epochplan"], sides["axolotl"], sides["verl"]
+        packed = sides["epochplan_first_fit"]
         uncut = t.tables.get("uncut", [])
         lines += [
             f"{size_text(p['n'])} lognormal lengths ({ours['over_cap_samples']:,} over the "
             f"cap), W = 8, a cap of {p['cap']:,} tokens a micro-batch, epochplan at G = "
             f"{p['global_batch_size']:,}; {p['axolotl']}, {p['verl']} (its first "
             f"{p['verl_steps']} steps).",
-            "",
         ]
+        if "step_bound" in ours:
+            lines[-1] += (
+                " With these steps and every rank given the same count, no packer fills more "
+                f"than {ours['step_bound']:.3f} (a step of T tokens needs `ceil(T / cap)` "
+                "rows, and every rank takes the count of the rank that needs most)."
+            )
+        lines += [""]
 
         def cell(side: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> str:
             return "-" if "skipped" in side else text(side)
@@ -288,26 +295,31 @@ def packing_block(t: Tables) -> str:
             if uncut
             else ""
         )
+
+        def both(text: Callable[[dict[str, Any]], str]) -> list[str]:
+            return [cell(ours, text), cell(packed, text)]
+
         rows = [
-            ["packing efficiency", cell(ours, lambda s: f"{s['efficiency']:.3f}"),
+            ["packing efficiency", *both(lambda s: f"{s['efficiency']:.3f}"),
              cell(axo, lambda s: f"{s['efficiency']:.3f}"),
              cell(verl, lambda s: f"{s['efficiency']:.3f}")],
-            ["samples dropped", cell(ours, lambda s: f"{s['dropped']:,} ({s['truncated']:,} "
-                                    "truncated, reported)"),
+            ["samples dropped", *both(lambda s: f"{s['dropped']:,} ({s['truncated']:,} "
+                                      "truncated, reported)"),
              cell(axo, lambda s: f"{s['dropped']:,}"), cell(verl, lambda s: "0")],
-            ["micro-batches over the cap", cell(ours, lambda s: f"{s['over_cap']:,}"),
+            ["micro-batches over the cap", *both(lambda s: f"{s['over_cap']:,}"),
              cell(axo, lambda s: f"{s['over_cap']:,}{uncut_note}"),
              cell(verl, lambda s: f"{s['over_cap']:,}")],
             ["equal micro-batch counts on ranks",
-             cell(ours, lambda s: "every step" if s["equal_counts"] else "no"),
+             *both(lambda s: "every step" if s["equal_counts"] else "no"),
              cell(axo, lambda s: "yes" if s["batches_per_rank"][0] == s["batches_per_rank"][1]
                   else f"cut to the fewest, {s['batches_per_rank'][0]:,} a rank"),
              cell(verl, lambda s: f"{s['unequal_steps']} of {s['steps']} steps differ")],
-            ["time to pack", cell(ours, lambda s: f"{s['seconds']:.1f} s, all 8 ranks"),
-             cell(axo, lambda s: f"{s['seconds']:.1f} s, all 8 ranks"),
+            ["time to pack, all 8 ranks", *both(lambda s: f"{s['seconds']:.1f} s"),
+             cell(axo, lambda s: f"{s['seconds']:.1f} s"),
              cell(verl, lambda s: f"{s['seconds_per_step']:.2f} s a step")],
         ]  # fmt: skip
-        lines += _table(["", "epochplan", "axolotl", "verl"], "llll", rows)
+        header = ["", "epochplan, sorted", "epochplan, first fit", "axolotl", "verl"]
+        lines += _table(header, "lllll", rows)
         notes += [f"-: {s['skipped']}." for s in (axo, verl) if "skipped" in s]
     if "worlds" in t.tables:
         worlds = t.tables["worlds"]
@@ -343,9 +355,10 @@ def packing_block(t: Tables) -> str:
             "(the oversize scan of the lengths included) apart:",
             "",
         ]
-        header = ["N", "epochplan (s)", "its construction (s)", "axolotl (s)"]
-        row = [size_text(r["n"]), f"{r['epochplan_seconds']:.2f}", f"{r['construction']:.2f}", axo]
-        lines += _table(header, "rrrr", [row])
+        header = ["N", "epochplan, sorted (s)", "first fit (s)", "construction (s)", "axolotl (s)"]
+        row = [size_text(r["n"]), f"{r['epochplan_seconds']:.2f}",
+               f"{r['first_fit_seconds']:.2f}", f"{r['construction']:.2f}", axo]  # fmt: skip
+        lines += _table(header, "rrrrr", [row])
     if "schedule" in t.tables:
         rows_s = t.tables["schedule"]
         first = rows_s[0]
