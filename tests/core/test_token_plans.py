@@ -186,6 +186,29 @@ def test_fillers_are_the_steps_shortest_sample_with_weight_zero() -> None:
     assert len(fillers) == 2 and all(ids.tolist() == [1] for ids, _ in fillers)
 
 
+def test_the_packing_travels_with_the_spec() -> None:
+    """JSON, pickles, replace() and states keep a first-fit packing; the
+    default leaves every one of them as it was."""
+    import pickle
+
+    lengths = np.arange(1, 41, dtype=np.int32)
+    packed = ep.PlanSpec(40, 8, tokens=ep.Tokens(lengths, packing="first_fit"))
+    plain = ep.PlanSpec(40, 8, tokens=ep.Tokens(lengths))
+    assert "packing" not in plain.to_json() and '"packing": "first_fit"' in packed.to_json()
+    back = ep.PlanSpec.from_json(packed.to_json(), lengths=lengths)
+    assert back.tokens is not None and back.tokens.packing == "first_fit"
+    assert back.digest() == packed.digest() != plain.digest()
+    again = pickle.loads(pickle.dumps(packed))
+    assert again.tokens is not None and again.tokens.packing == "first_fit"
+    assert plain.tokens is not None
+    assert plain.tokens.replace(packing="first_fit").packing == "first_fit"
+    assert "packing='first_fit'" in repr(packed.tokens)
+    plan = packed.plan(0)
+    assert ep.EpochPlan.from_state_dict(plan.state_dict(), lengths=lengths).tokens.packing == (
+        "first_fit"
+    )
+
+
 def test_bad_token_arguments_name_themselves() -> None:
     lengths = np.arange(10, dtype=np.int32)
     cases: list[tuple[dict[str, object], type[Exception], str]] = [
