@@ -23,7 +23,7 @@ import numpy.typing as npt
 import epochplan._native as _native
 from epochplan._native import EpochPlan, Mixture, MixtureEpoch, Selection
 from epochplan._space_spec import store_size
-from epochplan.audit.log import LogRecord, gather_log_ids, read_log, scan_log
+from epochplan.audit.log import gather_log_ids, log_headers, scan_log
 
 __all__ = ["AuditReport", "Sighting", "Violation", "audit"]
 
@@ -177,9 +177,8 @@ def _scan(directory: Path) -> tuple[list[_Log], list[str]]:
             continue
         if kinds[0] != ord("H"):
             raise ValueError(f"{path}: the first record is not the log's header")
-        header = next(iter(read_log(path, ids=False)))
-        assert isinstance(header, LogRecord) and header.header is not None
-        log = _Log(path, header.header, records)
+        # The header from the scan's records: the log is not read again.
+        log = _Log(path, log_headers(path, records)[0], records)
         commits = np.flatnonzero(kinds == ord("C"))
         if len(commits):
             last = commits[-1]

@@ -175,20 +175,11 @@ def read_log(path: Path, *, ids: bool = True) -> Iterator[LogRecord | str]:
     instead, and nothing after it. ValueError naming the file for a record
     that is corrupt anywhere else, or a file that is not a log."""
     records = scan_log(path)
-    header_bytes = b""
-    if (records["kinds"] == ord("H")).any():
-        with open(path, "rb") as f:
-            header_bytes = f.read(int(records["header_ranges"][:, 1].max()))
+    headers = log_headers(path, records)
     for i, kind in enumerate(records["kinds"].tolist()):
         record = LogRecord(chr(kind), int(records["offsets"][i]))
         if kind == ord("H"):
-            start, end = records["header_ranges"][i].tolist()
-            try:
-                record.header = json.loads(header_bytes[start:end])
-            except ValueError as e:
-                raise ValueError(
-                    f"{path}: the record at byte {record.offset} is malformed: {e}"
-                ) from None
+            record.header = headers[i]
         else:
             record.epoch, record.step = int(records["epochs"][i]), int(records["steps"][i])
             if kind == ord("B") and ids:
@@ -198,6 +189,25 @@ def read_log(path: Path, *, ids: bool = True) -> Iterator[LogRecord | str]:
         yield record
     if records["torn"] is not None:
         yield f"{path}: {records['torn']}"
+
+
+def log_headers(path: Path, records: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The JSON of each header record of a scanned log, by record index
+    (only the bytes up to the last header are read again)."""
+    where = np.flatnonzero(records["kinds"] == ord("H")).tolist()
+    if not where:
+        return {}
+    with open(path, "rb") as f:
+        data = f.read(int(records["header_ranges"][where, 1].max()))
+    headers = {}
+    for i in where:
+        start, end = records["header_ranges"][i].tolist()
+        try:
+            headers[i] = json.loads(data[start:end])
+        except ValueError as e:
+            offset = int(records["offsets"][i])
+            raise ValueError(f"{path}: the record at byte {offset} is malformed: {e}") from None
+    return headers
 
 
 def scan_log(path: Path) -> dict[str, Any]:

@@ -245,9 +245,12 @@ pub fn consume(plan: &Plan, words: &mut [u64], ids: &[i64], steps: &[i64]) -> Re
     let positions = plan.positions_of(ids)?;
     let g = plan.layout().global_batch_size() as i64;
     let planned = |p: i64| if p == ABSENT { ABSENT } else { p / g };
-    let misplaced: Vec<usize> = (0..ids.len())
-        .filter(|&i| planned(positions[i]) != steps[i])
-        .collect();
+    let misplaced: Vec<usize> = crate::parallel::install(|| {
+        (0..ids.len())
+            .into_par_iter()
+            .filter(|&i| planned(positions[i]) != steps[i])
+            .collect()
+    })?;
     let planned_steps = misplaced.iter().map(|&i| planned(positions[i])).collect();
     let repeated = mark_positions(words, &positions)?;
     Ok(Consumed {
