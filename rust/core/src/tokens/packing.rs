@@ -52,7 +52,8 @@ impl Packing {
 /// Reorders `share` (indices into a step whose samples have `lengths`
 /// tokens, sorted by length then position) into its first-fit decreasing
 /// bins under `caps`: see the [module](self). O(n log b) for `n` samples in
-/// `b` bins (a scan while `b` is small). `bins` is scratch space, reused from share to share.
+/// `b` bins (a scan while `b` is small). `bins` is scratch space, reused
+/// from share to share.
 pub(crate) fn first_fit_order(
     share: &mut [usize],
     lengths: &[u64],

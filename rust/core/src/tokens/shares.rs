@@ -131,7 +131,8 @@ impl StepShares {
     }
 
     /// Rank `rank`'s samples (indices into the step), in dealing order:
-    /// by length, ties by position.
+    /// by length, ties by position (or in their first-fit bins, once
+    /// packed so).
     pub fn share(&self, rank: u64) -> Result<&[usize]> {
         check_rank(rank, self.world_size)?;
         Ok(self.share_unchecked(rank))
