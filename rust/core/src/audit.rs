@@ -242,23 +242,46 @@ pub fn consume(plan: &Plan, words: &mut [u64], ids: &[i64], steps: &[i64]) -> Re
         )));
     }
     check_bitmap(plan, words)?;
-    let positions = plan.positions_of(ids)?;
     let g = plan.layout().global_batch_size() as i64;
     let planned = |p: i64| if p == ABSENT { ABSENT } else { p / g };
-    let misplaced: Vec<usize> = crate::parallel::install(|| {
-        (0..ids.len())
-            .into_par_iter()
-            .filter(|&i| planned(positions[i]) != steps[i])
-            .collect()
+    // Located and checked a piece at a time on every core (each piece's
+    // passes stay in cache); then marked in order, so that which of two
+    // sightings is the repeated one never depends on the threads.
+    let pieces = crate::parallel::install(|| {
+        ids.par_chunks(CONSUME_PIECE)
+            .zip(steps.par_chunks(CONSUME_PIECE))
+            .enumerate()
+            .map(|(k, (ids, steps))| {
+                // Named by its index in the whole batch, not in the piece.
+                plan.check_ids(ids, k * CONSUME_PIECE)?;
+                let positions = plan.positions_of(ids)?;
+                let misplaced: Vec<usize> = (0..ids.len())
+                    .filter(|&i| planned(positions[i]) != steps[i])
+                    .map(|i| k * CONSUME_PIECE + i)
+                    .collect();
+                Ok((positions, misplaced))
+            })
+            .collect::<Vec<Result<(Vec<i64>, Vec<usize>)>>>()
     })?;
-    let planned_steps = misplaced.iter().map(|&i| planned(positions[i])).collect();
-    let repeated = mark_positions(words, &positions)?;
-    Ok(Consumed {
-        repeated,
-        misplaced,
-        planned_steps,
-    })
+    let mut found = Consumed::default();
+    for (k, piece) in pieces.into_iter().enumerate() {
+        let (positions, misplaced) = piece?;
+        let base = k * CONSUME_PIECE;
+        found
+            .planned_steps
+            .extend(misplaced.iter().map(|&i| planned(positions[i - base])));
+        found.misplaced.extend(misplaced);
+        found.repeated.extend(
+            mark_positions(words, &positions)?
+                .into_iter()
+                .map(|i| base + i),
+        );
+    }
+    Ok(found)
 }
+
+/// Ids a core locates and checks at once in [`consume`].
+const CONSUME_PIECE: usize = 1 << 15;
 
 fn check_bitmap(plan: &Plan, words: &[u64]) -> Result<()> {
     let bits = words.len() as u64 * 64;

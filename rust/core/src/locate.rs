@@ -62,17 +62,25 @@ impl Located {
 const SEARCH_PIECE: u64 = 1 << 16;
 
 impl Plan {
+    /// An error naming the first of `ids` that is not a sample id of the
+    /// store (`ids` being `sample_ids[offset..]` of the caller's).
+    pub(crate) fn check_ids(&self, ids: &[i64], offset: usize) -> Result<()> {
+        let store = self.store_size();
+        match ids.iter().position(|&v| v < 0 || v as u64 >= store) {
+            Some(i) => Err(Error::Value(format!(
+                "sample_ids[{}] must be a sample id in [0, {store}), got {}",
+                offset + i,
+                ids[i]
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The position of each sample id of `ids` (store ids, each in
     /// `[0, store_size())`) in the epoch, or [`ABSENT`]; the steps dropped by
     /// `drop_last` hold none.
     pub fn positions_of(&self, ids: &[i64]) -> Result<Vec<i64>> {
-        let store = self.store_size();
-        if let Some(i) = ids.iter().position(|&v| v < 0 || v as u64 >= store) {
-            return Err(Error::Value(format!(
-                "sample_ids[{i}] must be a sample id in [0, {store}), got {}",
-                ids[i]
-            )));
-        }
+        self.check_ids(ids, 0)?;
         // Fallible: under an address-space limit a large query is an
         // error, not an aborted process.
         let mut out = copy_of(ids, "the positions of sample_ids")?;
