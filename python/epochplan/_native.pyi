@@ -86,6 +86,7 @@ def consume_ids(
     bitmap: npt.NDArray[np.uint64],
     ids: npt.NDArray[np.int64],
     steps: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.uint64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
 def get_num_threads() -> int: ...
 

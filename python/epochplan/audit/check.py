@@ -150,8 +150,8 @@ def audit(
     tally = _Tally(plans, report, limit)
     for log in logs:
         report.rolled_back += _rolled_back(log)
-        for epoch, ids, steps in _kept_batches(log, tally.BATCH_IDS):
-            tally.consume(log, epoch, ids, steps)
+        for batch in _kept_batches(log, tally.BATCH_IDS):
+            tally.consume(log, batch)
     duplicates = tally.duplicates
     _find_missing(plans, tally, start, end, report, limit)
     if duplicates:
@@ -212,9 +212,23 @@ def _rolled_back(log: _Log) -> int:
     return int(log.records["id_counts"][index[~kept]].sum())
 
 
-def _kept_batches(
-    log: _Log, batch_ids: int
-) -> Iterator[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+@dataclass
+class _Batch:
+    """Ids of a log's kept records of one epoch: record ``k`` holds the next
+    ``counts[k]`` ids, consumed in step ``steps[k]``."""
+
+    epoch: int
+    ids: npt.NDArray[np.int64]
+    steps: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.uint64]
+
+    def step_of(self, i: int) -> int:
+        """The step ``ids[i]`` was consumed in."""
+        ends = np.cumsum(self.counts)
+        return int(self.steps[int(np.searchsorted(ends, i, side="right"))])
+
+
+def _kept_batches(log: _Log, batch_ids: int) -> Iterator[_Batch]:
     """The kept records' ids and steps, one epoch at a time, in batches of
     about ``batch_ids`` ids (each a read of the log by the core)."""
     index, kept = _step_records(log)
@@ -230,10 +244,8 @@ def _kept_batches(
     for start, end in zip(np.r_[0, cuts], np.r_[cuts, len(index)], strict=True):
         chosen = index[start:end]
         ids = gather_log_ids(log.path, records["id_offsets"][chosen], counts[start:end])
-        steps = np.repeat(
-            records["steps"][chosen].astype(np.int64), counts[start:end].astype(np.int64)
-        )
-        yield int(epochs[start]), ids, steps
+        steps = records["steps"][chosen].astype(np.int64)
+        yield _Batch(int(epochs[start]), ids, steps, counts[start:end])
 
 
 def _common(state: dict[str, Any]) -> dict[str, Any]:
@@ -309,25 +321,24 @@ class _Tally:
         self.duplicates: dict[tuple[int, int], None] = {}
         self._misplaced_listed = 0
 
-    def consume(
-        self, log: _Log, epoch: int, ids: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]
-    ) -> None:
-        """Marks ``ids`` (of one epoch, from one log, consumed in ``steps``)
-        and checks that each is in its planned step."""
+    def consume(self, log: _Log, batch: _Batch) -> None:
+        """Marks a batch's ids (of one epoch, from one log) and checks that
+        each is in its planned step."""
         rank, report = int(log.header["rank"]), self.report
+        epoch, ids = batch.epoch, batch.ids
         report.consumed += len(ids)
         plan = self.plans.of(epoch)
         bitmap = self.bitmaps.get(epoch)
         if bitmap is None:
             bitmap = self.bitmaps[epoch] = _position_bitmap(plan)
-        repeated, wrong, planned = _native.consume_ids(plan, bitmap, ids, steps)
+        repeated, wrong, planned = _native.consume_ids(plan, bitmap, ids, batch.steps, batch.counts)
         report.duplicates += len(repeated)
         for i in repeated[: max(0, self.limit - len(self.duplicates))]:
             self.duplicates[(epoch, int(ids[i]))] = None
         report.misplaced += len(wrong)
         listed = max(0, self.limit - self._misplaced_listed)
         for i, step in zip(wrong[:listed].tolist(), planned[:listed].tolist(), strict=True):
-            seen = Sighting(str(log.path), epoch, int(steps[i]), rank)
+            seen = Sighting(str(log.path), epoch, batch.step_of(i), rank)
             report.violations.append(Violation("misplaced", int(ids[i]), epoch, step, (seen,)))
             self._misplaced_listed += 1
 
@@ -376,11 +387,12 @@ def _describe_duplicates(
         samples[epoch] = np.append(samples.get(epoch, np.empty(0, np.int64)), sample)
     for log in logs:
         rank = int(log.header["rank"])
-        for epoch, ids, steps in _kept_batches(log, _Tally.BATCH_IDS):
+        for batch in _kept_batches(log, _Tally.BATCH_IDS):
+            epoch, ids = batch.epoch, batch.ids
             if epoch not in samples:
                 continue
             for i in np.flatnonzero(np.isin(ids, samples[epoch])).tolist():
-                sighting = Sighting(str(log.path), epoch, int(steps[i]), rank)
+                sighting = Sighting(str(log.path), epoch, batch.step_of(i), rank)
                 seen[(epoch, int(ids[i]))].append(sighting)
     for (epoch, sample), sightings in seen.items():
         position = int(plans.of(epoch).positions_of(np.array([sample]))[0])

@@ -228,17 +228,39 @@ pub struct Consumed {
     pub planned_steps: Vec<i64>,
 }
 
-/// Checks a batch of ids of `plan`'s epoch, `ids[i]` consumed in step
-/// `steps[i]`, and marks their positions in the epoch's bitmap `words` (a
-/// bit a position: N/8 bytes). Each id is located in the epoch (the order's
-/// inverse, on every core); a step's positions are one run of the bitmap,
-/// so the marks stay in cache where marks by id would miss it at random.
-pub fn consume(plan: &Plan, words: &mut [u64], ids: &[i64], steps: &[i64]) -> Result<Consumed> {
-    if ids.len() != steps.len() {
+/// Checks a batch of ids of `plan`'s epoch, read from records: record `k`
+/// holds the next `counts[k]` ids, consumed in step `steps[k]`. Marks their
+/// positions in the epoch's bitmap `words` (a bit a position: N/8 bytes).
+/// Each id is located in the epoch (the order's inverse, on every core); a
+/// step's positions are one run of the bitmap, so the marks stay in cache
+/// where marks by id would miss it at random.
+pub fn consume(
+    plan: &Plan,
+    words: &mut [u64],
+    ids: &[i64],
+    steps: &[i64],
+    counts: &[u64],
+) -> Result<Consumed> {
+    if steps.len() != counts.len() {
         return Err(Error::Value(format!(
-            "ids and steps must have one length, got {} and {}",
+            "steps and counts must have one length (one per record), got {} and {}",
+            steps.len(),
+            counts.len()
+        )));
+    }
+    // Where each record's ids end.
+    let ends: Vec<u64> = counts
+        .iter()
+        .scan(0u64, |end, &c| {
+            *end = end.saturating_add(c);
+            Some(*end)
+        })
+        .collect();
+    if ends.last().copied().unwrap_or(0) != ids.len() as u64 {
+        return Err(Error::Value(format!(
+            "counts must sum to the {} ids, got {}",
             ids.len(),
-            steps.len()
+            ends.last().copied().unwrap_or(0)
         )));
     }
     check_bitmap(plan, words)?;
@@ -249,16 +271,22 @@ pub fn consume(plan: &Plan, words: &mut [u64], ids: &[i64], steps: &[i64]) -> Re
     // sightings is the repeated one never depends on the threads.
     let pieces = crate::parallel::install(|| {
         ids.par_chunks(CONSUME_PIECE)
-            .zip(steps.par_chunks(CONSUME_PIECE))
             .enumerate()
-            .map(|(k, (ids, steps))| {
+            .map(|(k, ids)| {
+                let base = k * CONSUME_PIECE;
                 // Named by its index in the whole batch, not in the piece.
-                plan.check_ids(ids, k * CONSUME_PIECE)?;
+                plan.check_ids(ids, base)?;
                 let positions = plan.positions_of(ids)?;
-                let misplaced: Vec<usize> = (0..ids.len())
-                    .filter(|&i| planned(positions[i]) != steps[i])
-                    .map(|i| k * CONSUME_PIECE + i)
-                    .collect();
+                let mut record = ends.partition_point(|&e| e <= base as u64);
+                let mut misplaced = Vec::new();
+                for (i, &p) in positions.iter().enumerate() {
+                    while ends[record] <= (base + i) as u64 {
+                        record += 1;
+                    }
+                    if planned(p) != steps[record] {
+                        misplaced.push(base + i);
+                    }
+                }
                 Ok((positions, misplaced))
             })
             .collect::<Vec<Result<(Vec<i64>, Vec<usize>)>>>()
@@ -408,7 +436,8 @@ mod tests {
             .iter()
             .map(|&id| plan.positions_of(&[id]).unwrap()[0] / 64)
             .collect();
-        let found = consume(&plan, &mut words, &all_but_step3, &steps).unwrap();
+        let ones = vec![1u64; steps.len()];
+        let found = consume(&plan, &mut words, &all_but_step3, &steps, &ones).unwrap();
         assert_eq!(found, Consumed::default());
         assert_eq!(unmarked_ids(&plan, &words, 0, 1000).unwrap(), step3);
         assert_eq!(
@@ -420,12 +449,15 @@ mod tests {
         assert!(unmarked_ids(&plan, &words, 5, 1001).is_err());
         // Step 3's first id in step 3, its second in step 4, an id of step
         // 0 again, and the first again.
+        // As records: [step3[0]] in step 3, [step3[1], epoch[0]] in step 4
+        // (the second misplaced too), then [step3[0]] in step 3.
         let ids = [step3[0], step3[1], epoch[0], step3[0]];
-        let found = consume(&plan, &mut words, &ids, &[3, 4, 0, 3]).unwrap();
-        assert_eq!(found.misplaced, vec![1]);
-        assert_eq!(found.planned_steps, vec![3]);
+        let found = consume(&plan, &mut words, &ids, &[3, 4, 3], &[1, 2, 1]).unwrap();
+        assert_eq!(found.misplaced, vec![1, 2]);
+        assert_eq!(found.planned_steps, vec![3, 0]);
         assert_eq!(found.repeated, vec![2, 3]);
-        assert!(consume(&plan, &mut words, &ids, &[3]).is_err());
+        assert!(consume(&plan, &mut words, &ids, &[3], &[1]).is_err());
+        assert!(consume(&plan, &mut words, &ids, &[3, 4], &[1]).is_err());
     }
 
     #[test]

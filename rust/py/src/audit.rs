@@ -145,9 +145,10 @@ type ArrayTriple<'py> = (
     Bound<'py, PyArray1<i64>>,
 );
 
-/// `(repeated, misplaced, planned_steps)`: checks ids of `plan`'s epoch
-/// (`ids[i]` consumed in step `steps[i]`) and marks their positions in
-/// `bitmap` (see `epochplan_core::audit::consume`).
+/// `(repeated, misplaced, planned_steps)`: checks ids of `plan`'s epoch,
+/// read from records (record `k`: the next `counts[k]` ids, consumed in
+/// step `steps[k]`), and marks their positions in `bitmap` (see
+/// `epochplan_core::audit::consume`).
 #[pyfunction]
 pub fn consume_ids<'py>(
     py: Python<'py>,
@@ -155,12 +156,13 @@ pub fn consume_ids<'py>(
     mut bitmap: PyReadwriteArray1<'py, u64>,
     ids: PyReadonlyArray1<'py, i64>,
     steps: PyReadonlyArray1<'py, i64>,
+    counts: PyReadonlyArray1<'py, u64>,
 ) -> PyResult<ArrayTriple<'py>> {
     let plan = plan.plan(py)?;
     let words = bitmap.as_slice_mut()?;
-    let (ids, steps) = (ids.as_slice()?, steps.as_slice()?);
+    let (ids, steps, counts) = (ids.as_slice()?, steps.as_slice()?, counts.as_slice()?);
     let found = py
-        .detach(|| audit::consume(&plan, words, ids, steps))
+        .detach(|| audit::consume(&plan, words, ids, steps, counts))
         .py()?;
     let index = |v: Vec<usize>| v.into_iter().map(|i| i as i64).collect::<Vec<_>>();
     Ok((
