@@ -15,6 +15,7 @@
 //! that opened bin `k + 1` did not fit bin `k` when it was placed; bin `k`
 //! only grew since, so it still does not.
 
+use super::balance::by_decreasing_length;
 use super::micro::Caps;
 use crate::buffer::vec_with_capacity;
 use crate::error::Result;
@@ -65,21 +66,11 @@ pub(crate) fn first_fit_order(
         return Ok(());
     }
     bins.reset(caps);
-    // The bin of each sample, in placement order: by decreasing length, the
-    // samples of one length (read from the back of the sorted share) in
-    // increasing position.
+    // The bin of each sample, in placement order: by decreasing length,
+    // ties in increasing position (the greedy balance's order).
     let mut placed = vec_with_capacity(n, "the share's bins")?;
-    let mut end = n;
-    while end > 0 {
-        let length = lengths[share[end - 1]];
-        let mut start = end - 1;
-        while start > 0 && lengths[share[start - 1]] == length {
-            start -= 1;
-        }
-        for &i in &share[start..end] {
-            placed.push((bins.place(length)?, i));
-        }
-        end = start;
+    for i in by_decreasing_length(share, lengths)? {
+        placed.push((bins.place(lengths[i])?, i));
     }
     // A counting sort by bin keeps the placement order inside each bin.
     let opened = bins.opened();
