@@ -364,7 +364,7 @@ class MicroBatches:
 # num_samples, global_batch_size, seed, epoch, kind, chunk_size,
 # preload_nchunks and drop_last.
 def npy_header(count: int) -> bytes: ...
-def npy_file_size(count: int) -> int: ...
+def npy_file_size(count: int, dtype: str = "<i8") -> int: ...
 def write_epoch_files(
     paths: list[str],
     world_size: int,
@@ -423,6 +423,7 @@ def verify_token_epoch(
     steps: tuple[str, int, int, str],
     *,
     directory: str,
+    file_dtypes: tuple[str, str],
     cost: str | tuple[float, float] | None = None,
     loss_normalization: str | None = None,
     micro_batch_size: int | None = None,
@@ -435,12 +436,14 @@ def token_cuts(
     micro_batch_size: int | None = None,
     max_tokens: int | None = None,
 ) -> tuple[npt.NDArray[np.int64], int]: ...
+def token_file_dtypes(plan: EpochPlan) -> tuple[str, str | None]: ...
 def check_plan_file(
     path: str,
     count: int,
     size: int,
     checksum: str,
     *,
+    dtype: str = "<i8",
     progress: Callable[[int], object] | None = None,
 ) -> None: ...
 

@@ -387,8 +387,11 @@ def test_versions_and_space_sections_go_together(tmp_path: Path) -> None:
     _reseal(d, lambda m: m.update(plan_file_version=6))  # a packed token plan's
     with pytest.raises(PlanError, match="a token plan's manifest needs a 'tokens' object"):
         open_plan(d)
-    _reseal(d, lambda m: m.update(plan_file_version=7))
-    with pytest.raises(PlanError, match="plan_file_version is 7; this release reads"):
+    _reseal(d, lambda m: m.update(plan_file_version=7))  # a narrow token plan's
+    with pytest.raises(PlanError, match="a token plan's manifest needs a 'tokens' object"):
+        open_plan(d)
+    _reseal(d, lambda m: m.update(plan_file_version=8))
+    with pytest.raises(PlanError, match="plan_file_version is 8; this release reads"):
         open_plan(d)
 
 

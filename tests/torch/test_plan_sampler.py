@@ -128,8 +128,8 @@ def test_plan_sampler_rejects_what_it_cannot_serve(plan_dir: Path) -> None:
     rank_file(plan_dir, 0, 2).unlink()
     with pytest.raises(PlanError, match="missing rank file"):
         pt.PlanSampler(plan_dir, micro_batch_size=4, rank=2, num_replicas=4)
-    edit_manifest(plan_dir, {"plan_file_version": 7})
-    with pytest.raises(PlanError, match="plan_file_version is 7"):
+    edit_manifest(plan_dir, {"plan_file_version": 8})
+    with pytest.raises(PlanError, match="plan_file_version is 8"):
         pt.PlanSampler(plan_dir, micro_batch_size=4, rank=0, num_replicas=4)
 
 

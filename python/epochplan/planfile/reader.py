@@ -131,8 +131,9 @@ class PlanDirectory:
             self._file_index(epoch, rank)
         entry = tokens.file(self.epoch_index(epoch), self.world_size, rank, role)
         path = self.path / entry.path
-        _native.check_plan_file(str(path), entry.count, entry.bytes, entry.blake3)
-        return RankFile(path, entry)
+        dtype = tokens.dtype(role)
+        _native.check_plan_file(str(path), entry.count, entry.bytes, entry.blake3, dtype=dtype)
+        return RankFile(path, entry, dtype)
 
     def plan(self, epoch: int) -> EpochPlan:
         """The :class:`epochplan.EpochPlan` of ``epoch`` (which must be in the
@@ -222,15 +223,17 @@ class PlanDirectory:
 
 class RankFile:
     """A checked rank file (see :meth:`PlanDirectory.open_rank_file`), open
-    for reading its ids a range at a time. Reads go through the open file, not
+    for reading its ids a range at a time (or a token file, its values of
+    ``dtype``, read as int64). Reads go through the open file, not
     a memory map, so a file cut short after the check gives a PlanError rather
     than a SIGBUS or zeros; a plan replaced by ``write_plan(force=True)`` swaps
     directories, and this file keeps reading the ids it checked."""
 
-    def __init__(self, path: Path, entry: FileEntry | TokenFile) -> None:
+    def __init__(self, path: Path, entry: FileEntry | TokenFile, dtype: str = "<i8") -> None:
         self.path = path
         self.count = entry.count
-        self._header_bytes = entry.bytes - 8 * self.count
+        self._dtype = np.dtype(dtype)
+        self._header_bytes = entry.bytes - self._dtype.itemsize * self.count
         try:
             self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - held for reads
         except OSError as e:
@@ -238,21 +241,23 @@ class RankFile:
 
     def read(self, start: int, stop: int) -> npt.NDArray[np.int64]:
         """Ids ``[start, stop)`` of the file (``0 <= start <= stop <= count``)."""
-        ids = np.empty(stop - start, dtype="<i8")
-        view = ids.data.cast("B")
+        size = self._dtype.itemsize
+        values = np.empty(stop - start, dtype=self._dtype)
+        view = values.data.cast("B")
         try:
-            self._file.seek(self._header_bytes + 8 * start)
+            self._file.seek(self._header_bytes + size * start)
             done = 0
             while done < len(view):
                 got = self._file.readinto(view[done:])
                 if not got:
                     raise PlanError(
-                        f"{self.path}: ends before id {start + done // 8} of {self.count}: "
-                        "the file was cut short after it was checked"
+                        f"{self.path}: ends before value {start + done // size} of "
+                        f"{self.count}: the file was cut short after it was checked"
                     )
                 done += got
         except OSError as e:
             raise plan_os_error(f"{self.path}: cannot read: {e.strerror or e}", e) from None
+        ids = values if size == 8 else values.astype("<i8")
         ids.flags.writeable = False
         return ids
 

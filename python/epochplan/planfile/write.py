@@ -197,6 +197,8 @@ def token_args(
     state = plan.state_dict()  # the arrays' digests, read once
     digest, loss_digest = state["lengths_digest"], state["loss_tokens_digest"]
     kwargs = {"micro_batch_size": micro_batch_size, "max_tokens": max_tokens}
+    # The types the lengths and loss tokens files hold (their sources').
+    lengths_file_dtype, loss_file_dtype = _native.token_file_dtypes(plan)
     loss_record = None
     if loss_digest is not None and loss_source is not None:
         loss_path, loss_dtype, loss_offset = loss_source
@@ -211,6 +213,8 @@ def token_args(
         (),
         tokens.max_length,
         tokens.packing,
+        lengths_file_dtype,
+        loss_file_dtype or "<i8",
     )
     return _TokenArgs(kwargs, info)
 
@@ -309,10 +313,10 @@ def _write_new_plan(
             written = [counts[k % world_size] for k in mine]
             return files_bytes(written, 1, block) + space_bytes(stored, block)
     else:
-        has_loss = tokens.info.loss_tokens is not None
 
         def need(block: int) -> int:
-            plan_bytes = token_plan_bytes(spec, world_size, epochs, has_loss, block)
+            assert tokens is not None
+            plan_bytes = token_plan_bytes(spec, world_size, epochs, tokens.info, block)
             # A part's share of the plan's files (about: ranks' counts differ).
             share = -(-plan_bytes * len(mine) // (world_size * epochs))
             return share + space_bytes(stored, block)

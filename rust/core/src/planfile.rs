@@ -28,7 +28,10 @@ mod tokens;
 mod verify;
 mod write;
 
-pub use npy::{npy_file_size, npy_header, parse_npy_header, NpyHeader};
+pub use npy::{
+    npy_file_size, npy_file_size_of, npy_header, npy_header_of, parse_npy_header, FileDtype,
+    NpyHeader,
+};
 pub use token_verify::{verify_token_files, TokenCheck, TokenEpochFiles, DEALING_RANGE_SAMPLES};
 pub use tokens::{
     deal_token_step, deal_token_steps, first_error, steps_per_batch, to_i64, write_token_files,

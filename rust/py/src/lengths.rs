@@ -7,6 +7,7 @@ use crate::args::{int_arg, str_arg, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::spec::Tokens;
 use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
+use epochplan_core::planfile::FileDtype;
 use epochplan_core::space::Space;
 use epochplan_core::tokens::{
     truncated, Caps, Cost, Normalization, OversizeReport, OversizeScan, Packing,
@@ -74,6 +75,21 @@ impl TokenArrays {
             lengths.clip = Clip::Lengths(cap);
         }
         Ok((lengths, loss))
+    }
+
+    /// The types a plan file stores the lengths and the loss tokens in:
+    /// their arrays' own up to 32 bits, int64 above (the loss tokens' is
+    /// the lengths' when there are none).
+    pub fn file_dtypes(&self, py: Python<'_>) -> PyResult<(FileDtype, FileDtype)> {
+        let of = |array: &Py<PyUntypedArray>| -> PyResult<FileDtype> {
+            let dtype = array.bind(py).getattr("dtype")?;
+            let kind: String = dtype.getattr("kind")?.extract()?;
+            let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
+            Ok(FileDtype::for_source(kind == "i", itemsize))
+        };
+        let lengths = of(&self.lengths)?;
+        let loss = self.loss_tokens.as_ref().map(of).transpose()?;
+        Ok((lengths, loss.unwrap_or(lengths)))
     }
 
     /// Readers of the arrays as given.

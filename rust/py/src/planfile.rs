@@ -4,7 +4,7 @@
 use crate::args::{int_arg, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
 use crate::plan::EpochPlan;
-use epochplan_core::planfile::{self, ExpectedFile, FileSink};
+use epochplan_core::planfile::{self, ExpectedFile, FileDtype, FileSink};
 use epochplan_core::space::Space;
 use epochplan_core::Kind;
 use pyo3::exceptions::PyValueError;
@@ -145,6 +145,7 @@ fn expected_files(
             count,
             bytes,
             checksum,
+            dtype: FileDtype::I64,
         })
         .collect())
 }
@@ -203,17 +204,19 @@ fn verify_epoch_files(
     Ok(compared)
 }
 
-/// Checks one plan file's size, header and checksum; raises
-/// PlanError("<path>: <what>") when any differs, or the PlanError that is
-/// an OSError when the file cannot be read.
+/// Checks one plan file's size, header and checksum (its values of
+/// `dtype`, a descriptor such as `"<i8"`); raises PlanError("<path>:
+/// <what>") when any differs, or the PlanError that is an OSError when the
+/// file cannot be read.
 #[pyfunction]
-#[pyo3(signature = (path, count, size, checksum, *, progress = None))]
+#[pyo3(signature = (path, count, size, checksum, *, dtype = "<i8", progress = None))]
 fn check_plan_file(
     py: Python<'_>,
     path: String,
     count: &Bound<'_, PyAny>,
     size: &Bound<'_, PyAny>,
     checksum: String,
+    dtype: &str,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<()> {
     let file = ExpectedFile {
@@ -222,6 +225,7 @@ fn check_plan_file(
         count: int_arg(count, "count", 0, MAX_I64)?,
         bytes: int_arg(size, "size", 0, MAX_U64)?,
         checksum,
+        dtype: file_dtype_arg(dtype)?,
     };
     run_detached(py, progress, |report| {
         planfile::check_rank_file(&file, report)
@@ -236,11 +240,22 @@ pub fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     py.detach(|| planfile::file_checksum(&path)).py()
 }
 
-/// The size of a plan file of `count` ids, header included.
+/// A plan file's dtype from its descriptor (`"<i8"`, `"<i4"`, ...).
+pub fn file_dtype_arg(descr: &str) -> PyResult<FileDtype> {
+    FileDtype::from_descr(descr).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "dtype must be a plan file's integer type ('<i8', '<i4', '<i2', '|i1', '<u4', \
+             '<u2' or '|u1'), got {descr:?}"
+        ))
+    })
+}
+
+/// The size of a plan file of `count` values of `dtype`, header included.
 #[pyfunction]
-fn npy_file_size(count: &Bound<'_, PyAny>) -> PyResult<u128> {
+#[pyo3(signature = (count, dtype = "<i8"))]
+fn npy_file_size(count: &Bound<'_, PyAny>, dtype: &str) -> PyResult<u128> {
     let count = int_arg(count, "count", 0, MAX_I64)?;
-    Ok(planfile::npy_file_size(count))
+    Ok(planfile::npy_file_size_of(file_dtype_arg(dtype)?, count))
 }
 
 /// Registers the plan-file functions.

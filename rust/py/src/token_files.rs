@@ -34,6 +34,26 @@ pub struct TokenDealer {
 /// `(count, bytes, blake3 hex)` of the ids files and of the token files.
 type FileLists = (Vec<(u64, u64, String)>, Vec<(u64, u64, String)>);
 
+/// The dtypes (`.npy` descriptors) a token plan's lengths files and loss
+/// tokens files are written in: each source's own integer type up to 32
+/// bits, int64 above (the loss tokens' None when there are none).
+#[pyfunction]
+fn token_file_dtypes(
+    py: Python<'_>,
+    plan: PyRef<'_, EpochPlan>,
+) -> PyResult<(&'static str, Option<&'static str>)> {
+    let Some(tokens) = plan.token_arrays() else {
+        return Err(PyValueError::new_err(
+            "plan must be a token plan (tokens=Tokens(...))",
+        ));
+    };
+    let (lengths, loss) = tokens.file_dtypes(py)?;
+    Ok((
+        lengths.descr(),
+        tokens.loss_tokens.is_some().then(|| loss.descr()),
+    ))
+}
+
 #[pymethods]
 impl TokenDealer {
     /// The dealer of `plan` (a token plan from its epoch's start) over
@@ -95,6 +115,7 @@ impl TokenDealer {
                 "loss_tokens must hold paths exactly when the plan has loss tokens",
             ));
         }
+        let (lengths_dtype, loss_tokens_dtype) = self.tokens.file_dtypes(py)?;
         let paths = TokenPaths {
             ranks: ranks.unwrap_or_else(|| (0..self.world_size).collect()),
             ids,
@@ -102,6 +123,8 @@ impl TokenDealer {
             lengths,
             loss_tokens,
             steps,
+            lengths_dtype,
+            loss_tokens_dtype,
         };
         let guards = Guards::new(py, &self.tokens)?;
         let (lengths, loss) = guards.readers()?;
@@ -169,5 +192,6 @@ fn token_cuts<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TokenDealer>()?;
     m.add_function(wrap_pyfunction!(token_cuts, m)?)?;
+    m.add_function(wrap_pyfunction!(token_file_dtypes, m)?)?;
     Ok(())
 }

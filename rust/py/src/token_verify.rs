@@ -6,11 +6,14 @@ use crate::args::{int_arg, MAX_I64};
 use crate::errors::{to_py, IntoPyResult};
 use crate::lengths::{caps_arg, cost_arg, normalization_arg};
 use crate::plan::EpochPlan;
+use crate::planfile::file_dtype_arg;
 use crate::planfile::run_detached;
 use crate::token_slices::Guards;
 use epochplan_core::dealing::Dealing;
 use epochplan_core::plan::Plan;
-use epochplan_core::planfile::{self, ExpectedFile, TokenArraysRef, TokenCheck, TokenEpochFiles};
+use epochplan_core::planfile::{
+    self, ExpectedFile, FileDtype, TokenArraysRef, TokenCheck, TokenEpochFiles,
+};
 use epochplan_core::tokens::{Cost, Normalization};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -19,7 +22,7 @@ use std::path::PathBuf;
 /// A file as the manifest lists it: path, count, bytes, blake3.
 type Listed = (PathBuf, u64, u64, String);
 
-fn expected(files: Vec<Listed>) -> Vec<ExpectedFile> {
+fn expected(files: Vec<Listed>, dtype: FileDtype) -> Vec<ExpectedFile> {
     files
         .into_iter()
         .enumerate()
@@ -29,19 +32,21 @@ fn expected(files: Vec<Listed>) -> Vec<ExpectedFile> {
             count,
             bytes,
             checksum,
+            dtype,
         })
         .collect()
 }
 
 /// Verifies one epoch of a token plan (files listed as `(path, count,
-/// bytes, blake3)`, per rank for each role), raising PlanError at the first
+/// bytes, blake3)`, per rank for each role; `file_dtypes` those of the
+/// lengths and loss tokens files), raising PlanError at the first
 /// violation of the stored plan's own rules. With `lengths` (and
 /// `loss_tokens` when the plan has them), also the stored values against
 /// them and every id against the dealing recomputed from them: a dealing
 /// that differs is returned as the PlanError to raise (the caller checks
 /// the lengths' digests first), else None.
 #[pyfunction]
-#[pyo3(signature = (plan, world_size, ids, offsets, lengths_files, loss_files, steps, *, directory, cost = None, loss_normalization = None, micro_batch_size = None, max_tokens = None, progress = None))]
+#[pyo3(signature = (plan, world_size, ids, offsets, lengths_files, loss_files, steps, *, directory, file_dtypes, cost = None, loss_normalization = None, micro_batch_size = None, max_tokens = None, progress = None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_token_epoch(
     py: Python<'_>,
@@ -53,6 +58,7 @@ fn verify_token_epoch(
     loss_files: Option<Vec<Listed>>,
     steps: Listed,
     directory: PathBuf,
+    file_dtypes: (String, String),
     cost: Option<&Bound<'_, PyAny>>,
     loss_normalization: Option<&Bound<'_, PyAny>>,
     micro_batch_size: Option<&Bound<'_, PyAny>>,
@@ -90,12 +96,16 @@ fn verify_token_epoch(
             "loss_tokens must be given with lengths when the plan has loss tokens",
         ));
     }
+    let (lengths_dtype, loss_dtype) = file_dtypes;
+    let i64 = FileDtype::I64;
     let files = TokenEpochFiles {
-        ids: expected(ids),
-        offsets: expected(offsets),
-        lengths: expected(lengths_files),
-        loss_tokens: loss_files.map(expected),
-        steps: expected(vec![steps]).remove(0),
+        ids: expected(ids, i64),
+        offsets: expected(offsets, i64),
+        lengths: expected(lengths_files, file_dtype_arg(&lengths_dtype)?),
+        loss_tokens: loss_files
+            .map(|f| Ok::<_, PyErr>(expected(f, file_dtype_arg(&loss_dtype)?)))
+            .transpose()?,
+        steps: expected(vec![steps], i64).remove(0),
     };
     let guards = tokens.as_deref().map(|t| Guards::new(py, t)).transpose()?;
     let slices = guards.as_ref().map(Guards::readers).transpose()?;

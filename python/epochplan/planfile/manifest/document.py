@@ -24,6 +24,7 @@ from epochplan._native import FORMAT_VERSION, PlanSpec
 from epochplan.planfile.errors import PlanError, plan_os_error
 from epochplan.planfile.manifest.tokens import (
     CUT_PLAN_FILE_VERSION,
+    NARROW_PLAN_FILE_VERSION,
     PACKED_PLAN_FILE_VERSION,
     TOKEN_PLAN_FILE_VERSION,
     TokenInfo,
@@ -53,7 +54,8 @@ PLAN_FILE_FORMAT = "epochplan-plan"
 #: (``SPACE_PLAN_FILE_VERSION``): an older reader would take its ids for ids
 #: of ``range(num_samples)``. A token plan whose samples are cut has version 5
 #: (``CUT_PLAN_FILE_VERSION``), one packed first fit version 6
-#: (``PACKED_PLAN_FILE_VERSION``).
+#: (``PACKED_PLAN_FILE_VERSION``), one whose lengths files are narrower than
+#: int64 version 7 (``NARROW_PLAN_FILE_VERSION``).
 PLAN_FILE_VERSION = 2
 #: The most files (world_size x epochs) one plan directory may hold.
 MAX_FILES = 1 << 20
@@ -137,6 +139,8 @@ class Manifest:
     @property
     def version(self) -> int:
         """The plan-file version of such a directory."""
+        if self.tokens is not None and self.tokens.narrow:
+            return NARROW_PLAN_FILE_VERSION
         if self.tokens is not None and self.tokens.packing != "sorted":
             return PACKED_PLAN_FILE_VERSION
         if self.tokens is not None and self.tokens.max_length is not None:
@@ -206,6 +210,7 @@ class Manifest:
             SPACE_PLAN_FILE_VERSION,
             CUT_PLAN_FILE_VERSION,
             PACKED_PLAN_FILE_VERSION,
+            NARROW_PLAN_FILE_VERSION,
         )
         # type() too: JSON's 1.0 and true equal 1 in Python.
         if type(version) is not int or version not in versions:
@@ -213,11 +218,14 @@ class Manifest:
                 f"{where}: plan_file_version is {version!r}; this release reads "
                 f"version {PLAN_FILE_VERSION}, {TOKEN_PLAN_FILE_VERSION} for token plans, "
                 f"{SPACE_PLAN_FILE_VERSION} for plans over an index space and "
-                f"{CUT_PLAN_FILE_VERSION} for token plans whose samples are cut and "
-                f"{PACKED_PLAN_FILE_VERSION} for token plans packed first fit"
+                f"{CUT_PLAN_FILE_VERSION} for token plans whose samples are cut, "
+                f"{PACKED_PLAN_FILE_VERSION} for token plans packed first fit and "
+                f"{NARROW_PLAN_FILE_VERSION} for token plans whose lengths files are narrower "
+                "than int64"
             )
-        cut = version in (CUT_PLAN_FILE_VERSION, PACKED_PLAN_FILE_VERSION)
-        # A cut or packed plan says whether it is over a space by its 'space'.
+        # Versions 5 to 7 are token plans, over a space or not.
+        cut = version in (CUT_PLAN_FILE_VERSION, PACKED_PLAN_FILE_VERSION, NARROW_PLAN_FILE_VERSION)
+        # A cut, packed or narrow plan says whether it is over a space by its 'space'.
         has_space = version == SPACE_PLAN_FILE_VERSION or (cut and "space" in m)
         # A plan over a space says whether it has lengths by its 'tokens'.
         has_tokens = version == TOKEN_PLAN_FILE_VERSION or cut or (has_space and "tokens" in m)

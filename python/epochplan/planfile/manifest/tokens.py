@@ -7,6 +7,7 @@ part, parsed and checked once by :meth:`TokenInfo.parse`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -18,6 +19,7 @@ from epochplan.planfile.errors import PlanError
 
 __all__ = [
     "CUT_PLAN_FILE_VERSION",
+    "NARROW_PLAN_FILE_VERSION",
     "PACKED_PLAN_FILE_VERSION",
     "STEP_COLUMNS",
     "TOKEN_PLAN_FILE_VERSION",
@@ -41,6 +43,14 @@ CUT_PLAN_FILE_VERSION = 5
 #: still cut the same micro-batches, but its state would resume the plan
 #: with the default packing.
 PACKED_PLAN_FILE_VERSION = 6
+#: The plan-file version of a token plan whose lengths (or loss tokens)
+#: files keep their source's integer type of at most 32 bits (an int32
+#: lengths file gives int32 lengths files, half the bytes), packed or not,
+#: cut or not, over an index space or not; its manifest's ``tokens`` names
+#: the types under ``file_dtypes``. An older reader would read them as int64.
+NARROW_PLAN_FILE_VERSION = 7
+#: The integer types a token file may hold (``.npy`` descriptors).
+FILE_DTYPES = ("<i8", "<i4", "<i2", "|i1", "<u4", "<u2", "|u1")
 #: The columns of ``steps.npy``, row-major: the step's loss tokens ``T_t``,
 #: its micro-batch count ``M`` (every rank's), the filler's id and length.
 STEP_COLUMNS = ("step_tokens", "micro_batches", "filler_id", "filler_length")
@@ -119,6 +129,23 @@ class TokenInfo:
     max_length: int | None = None
     #: How each share was cut into micro-batches: "sorted" or "first_fit".
     packing: str = "sorted"
+    #: The integer type of the lengths files, and of the loss tokens files.
+    lengths_dtype: str = "<i8"
+    loss_tokens_dtype: str = "<i8"
+
+    @property
+    def narrow(self) -> bool:
+        """Whether a lengths or loss tokens file holds another type than int64
+        (:data:`NARROW_PLAN_FILE_VERSION`)."""
+        return self.dtype("lengths") != "<i8" or (
+            self.loss_tokens is not None and self.dtype("loss_tokens") != "<i8"
+        )
+
+    def dtype(self, role: str) -> str:
+        """The integer type (``.npy`` descriptor) of the token files of ``role``."""
+        if role == "lengths":
+            return self.lengths_dtype
+        return self.loss_tokens_dtype if role == "loss_tokens" else "<i8"
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -145,7 +172,11 @@ class TokenInfo:
         } | (
             ({} if self.max_length is None else {"max_length": self.max_length})
             | ({} if self.packing == "sorted" else {"packing": self.packing})
+            | ({"file_dtypes": self._file_dtypes()} if self.narrow else {})
         )
+
+    def _file_dtypes(self) -> dict[str, str]:
+        return {role: self.dtype(role) for role in self.roles if role != "offsets"}
 
     def file_list(self) -> list[dict[str, Any]]:
         """The ``token_files`` field of the manifest."""
@@ -202,26 +233,36 @@ class TokenInfo:
         if caps == [None, None]:
             raise PlanError(f"{where}: tokens has neither 'micro_batch_size' nor 'max_tokens'")
         max_length = t.get("max_length")
+        narrow = version == NARROW_PLAN_FILE_VERSION
         packed = version == PACKED_PLAN_FILE_VERSION
-        if (version == CUT_PLAN_FILE_VERSION) != (max_length is not None) and not packed:
+        if (version == CUT_PLAN_FILE_VERSION) != (max_length is not None) and not (
+            packed or narrow
+        ):
             raise PlanError(
                 f"{where}: tokens['max_length'] is {max_length!r}: plans whose samples are cut "
                 f"(and they alone) hold one, with plan_file_version {CUT_PLAN_FILE_VERSION} "
-                f"(or {PACKED_PLAN_FILE_VERSION} when packed first fit)"
+                f"(or {PACKED_PLAN_FILE_VERSION} when packed first fit, "
+                f"{NARROW_PLAN_FILE_VERSION} when their lengths files are narrower than int64)"
             )
         packing = t.get("packing", "sorted")
-        if packed != (packing == "first_fit") or packing not in ("sorted", "first_fit"):
+        first_fit = packing == "first_fit"
+        if (
+            (packed and not first_fit)
+            or (first_fit and not (packed or narrow))
+            or (packing not in ("sorted", "first_fit"))
+        ):
             raise PlanError(
                 f"{where}: tokens['packing'] is {t.get('packing')!r}: plans packed first fit "
                 f"(and they alone) hold 'first_fit', with plan_file_version "
-                f"{PACKED_PLAN_FILE_VERSION}"
+                f"{PACKED_PLAN_FILE_VERSION} (or {NARROW_PLAN_FILE_VERSION})"
             )
         if max_length is not None and not (
             type(max_length) is int and 1 <= max_length <= _native.MAX_SAMPLES
         ):
             raise PlanError(f"{where}: tokens['max_length'] is {max_length!r}, not an int >= 1")
         norm = t["loss_normalization"]
-        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length, packing)
+        dtypes = _parse_file_dtypes(t, narrow, loss is not None, where)
+        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length, packing, *dtypes)
         files = m.get("token_files")
         if not isinstance(files, list):
             raise PlanError(f"{where}: a token plan's manifest needs a 'token_files' list")
@@ -246,7 +287,7 @@ class TokenInfo:
                 "role": role,
                 "path": token_file_name(epoch, which, role),
                 "count": size,
-                "bytes": _native.npy_file_size(size),
+                "bytes": _native.npy_file_size(size, info.dtype(role)),
             }
             for key, value in expected.items():
                 if type(entry.get(key)) is not type(value) or entry.get(key) != value:
@@ -258,4 +299,35 @@ class TokenInfo:
             if not (isinstance(digest, str) and len(digest) == 64):
                 raise PlanError(f"{where}: token_files[{k}] has no valid 'blake3' checksum")
             entries.append(TokenFile(**expected, blake3=digest))  # type: ignore[arg-type]
-        return cls(lengths, loss, cost, norm, caps[0], caps[1], tuple(entries), max_length, packing)
+        return dataclasses.replace(info, files=tuple(entries))
+
+
+def _parse_file_dtypes(
+    t: Mapping[str, Any], narrow: bool, has_loss: bool, where: Path
+) -> tuple[str, str]:
+    """The lengths' and loss tokens' file types a ``tokens`` section names:
+    int64 unless the version is :data:`NARROW_PLAN_FILE_VERSION`, whose
+    ``file_dtypes`` names each role's and one narrower than int64."""
+    value = t.get("file_dtypes")
+    if not narrow:
+        if value is not None:
+            raise PlanError(
+                f"{where}: tokens['file_dtypes'] is {value!r}: plans whose lengths files are "
+                f"narrower than int64 (and they alone) hold one, with plan_file_version "
+                f"{NARROW_PLAN_FILE_VERSION}"
+            )
+        return "<i8", "<i8"
+    roles = ["lengths", "loss_tokens"] if has_loss else ["lengths"]
+    ok = (
+        isinstance(value, dict)
+        and sorted(value) == sorted(roles)
+        and all(value[r] in FILE_DTYPES for r in roles)
+        and any(value[r] != "<i8" for r in roles)
+    )
+    if not ok:
+        raise PlanError(
+            f"{where}: tokens['file_dtypes'] is {value!r}, expected the types of "
+            f"{' and '.join(roles)} (of {', '.join(FILE_DTYPES)}), one narrower than '<i8'"
+        )
+    assert isinstance(value, dict)
+    return value["lengths"], value.get("loss_tokens", "<i8")

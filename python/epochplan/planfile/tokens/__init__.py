@@ -8,7 +8,9 @@ is re-exported here.
 A token plan directory (plan-file version 3) holds, beside each rank file of
 ids (in the balanced dealing's order), what a rank needs to cut its own
 micro-batches without reading any other rank's data or the global lengths,
-each a 1-d little-endian int64 ``.npy`` file::
+each a 1-d little-endian int64 ``.npy`` file (the lengths and loss tokens
+keep their source's integer type when it has at most 32 bits, plan-file
+version 7)::
 
     epoch-EEEE/steps.npy                    4 values per step: T_t, M, filler id, filler length
     epoch-EEEE/rank-RRRRR.offsets.npy       num_steps + 1 offsets of the steps in the rank file
@@ -18,6 +20,7 @@ each a 1-d little-endian int64 ``.npy`` file::
 
 from epochplan.planfile.manifest.tokens import (
     CUT_PLAN_FILE_VERSION,
+    NARROW_PLAN_FILE_VERSION,
     PACKED_PLAN_FILE_VERSION,
     STEP_COLUMNS,
     TOKEN_PLAN_FILE_VERSION,
@@ -29,6 +32,7 @@ from epochplan.planfile.manifest.tokens import (
 
 __all__ = [
     "CUT_PLAN_FILE_VERSION",
+    "NARROW_PLAN_FILE_VERSION",
     "PACKED_PLAN_FILE_VERSION",
     "STEP_COLUMNS",
     "TOKEN_PLAN_FILE_VERSION",

@@ -126,6 +126,7 @@ def verify_token_plan(d: PlanDirectory, progress: Callable[[int, int], None] | N
             listed("loss_tokens") if info.loss_tokens is not None else None,
             _listed(d, info.file(index, w, None, "steps")),
             directory=str(d.path),
+            file_dtypes=(info.dtype("lengths"), info.dtype("loss_tokens")),
             cost=info.cost,
             loss_normalization=info.loss_normalization,
             micro_batch_size=info.micro_batch_size,

@@ -18,7 +18,7 @@ from epochplan._files import map_npy
 from epochplan._native import PlanSpec
 from epochplan.planfile._checks import path_arg
 from epochplan.planfile.manifest import FileEntry, rank_file_name
-from epochplan.planfile.manifest.tokens import STEP_COLUMNS, TokenFile, token_file_name
+from epochplan.planfile.manifest.tokens import STEP_COLUMNS, TokenFile, TokenInfo, token_file_name
 
 __all__ = ["array_source", "token_plan_bytes", "write_token_epoch"]
 
@@ -47,15 +47,16 @@ def array_source(value: Any, name: str) -> tuple[Any, str | None, str | None, in
 
 
 def token_plan_bytes(
-    spec: PlanSpec, world_size: int, num_epochs: int, has_loss: bool, block: int = 1
+    spec: PlanSpec, world_size: int, num_epochs: int, info: TokenInfo, block: int = 1
 ) -> int:
     """About the disk a token plan takes (each file rounded up to whole
     blocks): its ids, lengths (and loss tokens), offsets and step tables."""
     layout = spec.layout
     steps = layout.num_steps
     samples = min(steps * layout.global_batch_size, layout.num_samples)
-    per_rank_files = 3 if has_loss else 2
-    data = per_rank_files * (8 * samples + world_size * (_HEADER_BYTES + block))
+    roles = ["ids", *(r for r in info.roles if r != "offsets")]
+    itemsizes = [np.dtype(info.dtype(r)).itemsize for r in roles]
+    data = sum(size * samples + world_size * (_HEADER_BYTES + block) for size in itemsizes)
     offsets = world_size * (8 * (steps + 1) + _HEADER_BYTES + block)
     table = 8 * len(STEP_COLUMNS) * steps + _HEADER_BYTES + block
     return (data + offsets + table) * num_epochs

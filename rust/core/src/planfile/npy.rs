@@ -3,9 +3,123 @@
 pub(super) const MAGIC: &[u8; 6] = b"\x93NUMPY";
 pub(super) const ALIGN: usize = 64;
 
+/// The integer type of a plan file's values: int64 for ids, offsets and
+/// step tables; a token plan's lengths and loss tokens keep their source's
+/// type when it has at most 32 bits (an int32 lengths file of 10^9 samples
+/// stores 4 GB of lengths, not 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileDtype {
+    /// `<i8`.
+    #[default]
+    I64,
+    /// `<i4`.
+    I32,
+    /// `<i2`.
+    I16,
+    /// `|i1`.
+    I8,
+    /// `<u4`.
+    U32,
+    /// `<u2`.
+    U16,
+    /// `|u1`.
+    U8,
+}
+
+impl FileDtype {
+    const ALL: [FileDtype; 7] = [
+        FileDtype::I64,
+        FileDtype::I32,
+        FileDtype::I16,
+        FileDtype::I8,
+        FileDtype::U32,
+        FileDtype::U16,
+        FileDtype::U8,
+    ];
+
+    /// Its numpy descriptor (little-endian), as a `.npy` header and a
+    /// manifest spell it.
+    pub fn descr(self) -> &'static str {
+        match self {
+            FileDtype::I64 => "<i8",
+            FileDtype::I32 => "<i4",
+            FileDtype::I16 => "<i2",
+            FileDtype::I8 => "|i1",
+            FileDtype::U32 => "<u4",
+            FileDtype::U16 => "<u2",
+            FileDtype::U8 => "|u1",
+        }
+    }
+
+    /// The type a descriptor names, if a plan file may hold it.
+    pub fn from_descr(descr: &str) -> Option<FileDtype> {
+        Self::ALL.into_iter().find(|d| d.descr() == descr)
+    }
+
+    /// The type stored for a source of integers of `itemsize` bytes, signed
+    /// or not: its own up to 32 bits, int64 above.
+    pub fn for_source(signed: bool, itemsize: usize) -> FileDtype {
+        match (signed, itemsize) {
+            (true, 1) => FileDtype::I8,
+            (true, 2) => FileDtype::I16,
+            (true, 4) => FileDtype::I32,
+            (false, 1) => FileDtype::U8,
+            (false, 2) => FileDtype::U16,
+            (false, 4) => FileDtype::U32,
+            _ => FileDtype::I64,
+        }
+    }
+
+    /// Bytes per value.
+    pub fn itemsize(self) -> usize {
+        match self {
+            FileDtype::I64 => 8,
+            FileDtype::I32 | FileDtype::U32 => 4,
+            FileDtype::I16 | FileDtype::U16 => 2,
+            FileDtype::I8 | FileDtype::U8 => 1,
+        }
+    }
+
+    /// Appends `value` in little-endian, or None when the type cannot hold it.
+    pub fn push(self, value: i64, out: &mut Vec<u8>) -> Option<()> {
+        match self {
+            FileDtype::I64 => out.extend_from_slice(&value.to_le_bytes()),
+            FileDtype::I32 => out.extend_from_slice(&i32::try_from(value).ok()?.to_le_bytes()),
+            FileDtype::I16 => out.extend_from_slice(&i16::try_from(value).ok()?.to_le_bytes()),
+            FileDtype::I8 => out.extend_from_slice(&i8::try_from(value).ok()?.to_le_bytes()),
+            FileDtype::U32 => out.extend_from_slice(&u32::try_from(value).ok()?.to_le_bytes()),
+            FileDtype::U16 => out.extend_from_slice(&u16::try_from(value).ok()?.to_le_bytes()),
+            FileDtype::U8 => out.push(u8::try_from(value).ok()?),
+        }
+        Some(())
+    }
+
+    /// The value of `bytes` (exactly [`FileDtype::itemsize`] of them).
+    pub fn value(self, bytes: &[u8]) -> i64 {
+        let mut le = [0u8; 8];
+        le[..bytes.len()].copy_from_slice(bytes);
+        let signed = matches!(
+            self,
+            FileDtype::I64 | FileDtype::I32 | FileDtype::I16 | FileDtype::I8
+        );
+        // Sign-extend the narrower signed types from their top byte.
+        if signed && bytes.last().is_some_and(|&b| b & 0x80 != 0) {
+            le[bytes.len()..].fill(0xff);
+        }
+        i64::from_le_bytes(le)
+    }
+}
+
 /// The `.npy` (v1.0) header of a 1-d little-endian int64 array of `count` ids.
 pub fn npy_header(count: u64) -> Vec<u8> {
-    let dict = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': ({count},), }}");
+    npy_header_of(FileDtype::I64, count)
+}
+
+/// The `.npy` (v1.0) header of a 1-d array of `count` values of `dtype`
+/// (the same length for every dtype: their descriptors have 3 characters).
+pub fn npy_header_of(dtype: FileDtype, count: u64) -> Vec<u8> {
+    let descr = dtype.descr();
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({count},), }}");
     let total = (MAGIC.len() + 4 + dict.len() + 1).div_ceil(ALIGN) * ALIGN;
     let mut header = Vec::with_capacity(total);
     header.extend_from_slice(MAGIC);
@@ -21,7 +135,12 @@ pub fn npy_header(count: u64) -> Vec<u8> {
 /// The file size of a plan file of `count` ids, header included (in 128
 /// bits: for the largest counts it exceeds any file system's limit).
 pub fn npy_file_size(count: u64) -> u128 {
-    npy_header(count).len() as u128 + u128::from(count) * 8
+    npy_file_size_of(FileDtype::I64, count)
+}
+
+/// The file size of a plan file of `count` values of `dtype`, header included.
+pub fn npy_file_size_of(dtype: FileDtype, count: u64) -> u128 {
+    npy_header_of(dtype, count).len() as u128 + u128::from(count) * dtype.itemsize() as u128
 }
 
 /// What a `.npy` header says.

@@ -149,6 +149,7 @@ fn written(p: &Plan, w: u64, dir: &Path) -> Vec<ExpectedFile> {
             count: info.count,
             bytes: info.bytes,
             checksum: info.checksum,
+            dtype: FileDtype::I64,
         })
         .collect()
 }
@@ -195,7 +196,7 @@ fn bytes_beyond_the_ids_or_missing_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("the manifest says 536 bytes, 50 ids need 528"),
+        err.contains("the manifest says 536 bytes, 50 values of <i8 need 528"),
         "{err}"
     );
     assert!(verify(&p, 2, &longer).is_err());
@@ -335,4 +336,50 @@ fn plans_over_spaces_verify_against_their_space() {
     assert!(err.to_string().contains("differs from the plan's"), "{err}");
     let err = verify_rank_files(p.layout(), None, &mix, 2, &files, &mut |_| true).unwrap_err();
     assert!(err.to_string().contains("needs the epoch's order"), "{err}");
+}
+
+#[test]
+fn file_dtypes_round_trip_their_values_and_refuse_what_they_cannot_hold() {
+    let all = [
+        (FileDtype::I64, "<i8", 8),
+        (FileDtype::I32, "<i4", 4),
+        (FileDtype::I16, "<i2", 2),
+        (FileDtype::I8, "|i1", 1),
+        (FileDtype::U32, "<u4", 4),
+        (FileDtype::U16, "<u2", 2),
+        (FileDtype::U8, "|u1", 1),
+    ];
+    for (dtype, descr, size) in all {
+        assert_eq!(dtype.descr(), descr);
+        assert_eq!(FileDtype::from_descr(descr), Some(dtype));
+        assert_eq!(dtype.itemsize(), size);
+        let signed = descr.contains('i');
+        let bits = 8 * size as u32;
+        let (lo, hi) = if signed {
+            (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+        } else {
+            (0, (1i128 << bits) - 1)
+        };
+        for v in [lo, lo + 1, -1, 0, 1, 200, hi - 1, hi, hi + 1, lo - 1] {
+            let Ok(v) = i64::try_from(v) else { continue };
+            let mut out = Vec::new();
+            let fits = (lo..=hi).contains(&i128::from(v));
+            assert_eq!(dtype.push(v, &mut out).is_some(), fits, "{descr} {v}");
+            if fits {
+                assert_eq!(out.len(), size);
+                assert_eq!(dtype.value(&out), v, "{descr}");
+            }
+        }
+        let header = npy_header_of(dtype, 77);
+        assert_eq!(header.len(), npy_header(77).len());
+        assert_eq!(parse_npy_header(&header).unwrap().descr, descr);
+        assert_eq!(
+            npy_file_size_of(dtype, 77),
+            header.len() as u128 + 77 * size as u128
+        );
+    }
+    assert_eq!(FileDtype::from_descr(">i4"), None);
+    assert_eq!(FileDtype::for_source(true, 8), FileDtype::I64);
+    assert_eq!(FileDtype::for_source(false, 8), FileDtype::I64);
+    assert_eq!(FileDtype::for_source(false, 2), FileDtype::U16);
 }

@@ -46,6 +46,8 @@ impl Dir {
             lengths: rank("lengths"),
             loss_tokens: None,
             steps: Some(self.0.join("steps.npy")),
+            lengths_dtype: FileDtype::I64,
+            loss_tokens_dtype: FileDtype::I64,
         }
     }
 }
@@ -56,7 +58,7 @@ impl Drop for Dir {
     }
 }
 
-fn expected(paths: &[PathBuf], infos: &[FileInfo]) -> Vec<ExpectedFile> {
+fn expected(paths: &[PathBuf], infos: &[FileInfo], dtype: FileDtype) -> Vec<ExpectedFile> {
     paths
         .iter()
         .zip(infos)
@@ -67,19 +69,21 @@ fn expected(paths: &[PathBuf], infos: &[FileInfo]) -> Vec<ExpectedFile> {
             count: i.count,
             bytes: i.bytes,
             checksum: i.checksum.clone(),
+            dtype,
         })
         .collect()
 }
 
 fn epoch_files(paths: &TokenPaths, files: &TokenFiles) -> TokenEpochFiles {
     TokenEpochFiles {
-        ids: expected(&paths.ids, &files.ids),
-        offsets: expected(&paths.offsets, &files.offsets),
-        lengths: expected(&paths.lengths, &files.lengths),
+        ids: expected(&paths.ids, &files.ids, FileDtype::I64),
+        offsets: expected(&paths.offsets, &files.offsets, FileDtype::I64),
+        lengths: expected(&paths.lengths, &files.lengths, paths.lengths_dtype),
         loss_tokens: None,
         steps: expected(
             std::slice::from_ref(paths.steps.as_ref().unwrap()),
             std::slice::from_ref(files.steps.as_ref().unwrap()),
+            FileDtype::I64,
         )
         .remove(0),
     }
@@ -193,6 +197,63 @@ fn a_sample_over_the_cap_is_the_error_of_the_first_step_holding_one() {
         err.to_string()
             .contains(&format!("lengths[{}] must be <= max_tokens", late[0]))
             && err.to_string().contains("step 700 fits"),
+        "{err}"
+    );
+}
+
+#[test]
+fn narrow_lengths_files_hold_the_same_values_and_verify() {
+    let (n, g, w) = (3000u64, 48u64, 3usize);
+    let lengths: Vec<u16> = (0..n).map(|i| (i * 7919 % 251 + 1) as u16).collect();
+    let arrays = TokenArraysRef {
+        lengths: &lengths.as_slice(),
+        loss_tokens: None,
+    };
+    let plan = token_plan(n, g);
+    let caps = Caps::new(None, Some(600)).unwrap();
+    let wide_dir = Dir::new("narrow-wide");
+    let wide = wide_dir.paths(w);
+    let wide_files =
+        write_token_files(&plan, arrays, w as u64, caps, &wide, false, &mut |_| true).unwrap();
+    let dir = Dir::new("narrow");
+    let mut paths = dir.paths(w);
+    paths.lengths_dtype = FileDtype::U16;
+    let files =
+        write_token_files(&plan, arrays, w as u64, caps, &paths, false, &mut |_| true).unwrap();
+    assert_eq!(files.ids, wide_files.ids);
+    assert_eq!(files.offsets, wide_files.offsets);
+    for r in 0..w {
+        let bytes = std::fs::read(&paths.lengths[r]).unwrap();
+        let header = parse_npy_header(&bytes).unwrap();
+        assert_eq!(header.descr, "<u2");
+        let stored: Vec<i64> = bytes[header.data_offset as usize..]
+            .chunks_exact(2)
+            .map(|b| FileDtype::U16.value(b))
+            .collect();
+        assert_eq!(stored, values(&wide.lengths[r]));
+        assert_eq!(files.lengths[r].bytes, bytes.len() as u64);
+    }
+    let check = TokenCheck {
+        plan: &plan,
+        world_size: w as u64,
+        caps,
+        cost: Cost::Tokens,
+        dir: &dir.0,
+        epoch: 2,
+    };
+    let listed = epoch_files(&paths, &files);
+    for given in [Some(arrays), None] {
+        let found = verify_token_files(check, &listed, given, &mut |_| true).unwrap();
+        assert!(found.is_none());
+    }
+    // Listed as int16 (the same size): the header says otherwise.
+    let mut wrong = listed.clone();
+    for f in &mut wrong.lengths {
+        f.dtype = FileDtype::I16;
+    }
+    let err = verify_token_files(check, &wrong, None, &mut |_| true).unwrap_err();
+    assert!(
+        err.to_string().contains("has dtype '<u2', expected '<i2'"),
         "{err}"
     );
 }

@@ -59,19 +59,20 @@ pub struct TokenCheck<'a> {
     pub epoch: u64,
 }
 
-/// The values of `count` int64s from index `start` of a checked file.
+/// The `count` values from index `start` of a checked file.
 fn read_values(file: &ExpectedFile, start: u64, count: u64) -> Result<Vec<i64>> {
     let path = &file.path;
-    let header = file.bytes - 8 * file.count;
+    let size = file.dtype.itemsize() as u64;
+    let header = file.bytes - size * file.count;
     let mut f = File::open(path).map_err(|e| Error::io(path, "cannot open", &e))?;
-    f.seek(SeekFrom::Start(header + 8 * start))
+    f.seek(SeekFrom::Start(header + size * start))
         .map_err(|e| Error::io(path, "cannot read", &e))?;
-    let mut bytes = vec![0u8; 8 * count as usize];
+    let mut bytes = vec![0u8; (size * count) as usize];
     f.read_exact(&mut bytes)
         .map_err(|e| Error::io(path, "cannot read", &e))?;
     Ok(bytes
-        .chunks_exact(8)
-        .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .chunks_exact(size as usize)
+        .map(|b| file.dtype.value(b))
         .collect())
 }
 

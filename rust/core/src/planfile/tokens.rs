@@ -5,11 +5,12 @@
 //! Per rank it writes the ids in dealing order, the step offsets into them,
 //! their lengths and (when not the lengths) their loss tokens; per epoch the
 //! step table (`T_t`, `M`, the filler's id and length per step). Each file
-//! is a 1-d little-endian int64 `.npy` whose header is written again with
-//! its count at the end; its checksum is then read back (from the page
-//! cache), files in parallel.
+//! is a 1-d little-endian `.npy` (int64, but for the lengths and loss tokens
+//! in their [`FileDtype`]) whose header is written again with its count at
+//! the end; its checksum is then read back (from the page cache), files in
+//! parallel.
 
-use super::npy::npy_header;
+use super::npy::{npy_file_size_of, npy_header_of, FileDtype};
 use super::write::{interrupted, with_progress};
 use super::{file_checksum, FileInfo};
 use crate::dealing::SampleLengths;
@@ -22,6 +23,8 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+const I64: FileDtype = FileDtype::I64;
 
 /// Samples dealt per batch of steps (about 40 MiB held for them).
 pub const TOKEN_BATCH_SAMPLES: u64 = 1 << 21;
@@ -63,6 +66,10 @@ pub struct TokenPaths {
     pub loss_tokens: Option<Vec<PathBuf>>,
     /// The epoch's step table, unless a part written elsewhere holds it.
     pub steps: Option<PathBuf>,
+    /// The type the lengths files hold.
+    pub lengths_dtype: FileDtype,
+    /// The type the loss tokens files hold.
+    pub loss_tokens_dtype: FileDtype,
 }
 
 /// What was written for one epoch, file by file as [`TokenPaths`] names them.
@@ -203,10 +210,11 @@ pub fn steps_per_batch(global_batch_size: u64) -> u64 {
     (TOKEN_BATCH_SAMPLES / global_batch_size.max(1)).max(1)
 }
 
-/// Appends the values of `parts` as little-endian int64 to the file at
+/// Appends the values of `parts` as little-endian `dtype` to the file at
 /// `path` (`bytes` is the buffer they are converted in).
 fn append<'a>(
     path: &Path,
+    dtype: FileDtype,
     parts: impl Iterator<Item = &'a [i64]> + Clone,
     bytes: &mut Vec<u8>,
 ) -> Result<()> {
@@ -215,14 +223,17 @@ fn append<'a>(
         return Ok(());
     }
     bytes.clear();
-    bytes.resize(8 * total, 0);
-    let mut slots = bytes.chunks_exact_mut(8);
-    for part in parts {
-        // The part first: zip takes from it first, and a slot is only
-        // taken for a value.
-        for (v, slot) in part.iter().zip(slots.by_ref()) {
-            slot.copy_from_slice(&v.to_le_bytes());
-        }
+    bytes.reserve(dtype.itemsize() * total);
+    for &v in parts.flatten() {
+        dtype.push(v, bytes).ok_or_else(|| {
+            // The values come from a source of this type: a cut only
+            // lowers them.
+            Error::Value(format!(
+                "{}: {v} does not fit the file's {}",
+                path.display(),
+                dtype.descr()
+            ))
+        })?;
     }
     let mut f = File::options()
         .append(true)
@@ -233,21 +244,21 @@ fn append<'a>(
 }
 
 /// Creates the file at `path` (never overwriting) with a header of no values.
-fn create(path: &Path) -> Result<()> {
+fn create(path: &Path, dtype: FileDtype) -> Result<()> {
     let mut f = File::options()
         .write(true)
         .create_new(true)
         .open(path)
         .map_err(|e| Error::io(path, "cannot create", &e))?;
-    f.write_all(&npy_header(0))
+    f.write_all(&npy_header_of(dtype, 0))
         .map_err(|e| Error::io(path, "cannot write", &e))
 }
 
 /// Writes the header of `count` values over the file's first one, syncs
 /// the file and reads it back for its checksum.
-fn finish(path: &Path, count: u64, fsync: bool) -> Result<FileInfo> {
-    let header = npy_header(count);
-    if header.len() != npy_header(0).len() {
+fn finish(path: &Path, dtype: FileDtype, count: u64, fsync: bool) -> Result<FileInfo> {
+    let header = npy_header_of(dtype, count);
+    if header.len() != npy_header_of(dtype, 0).len() {
         return Err(Error::Value(format!(
             "{}: the .npy header of {count} values changed size",
             path.display()
@@ -267,7 +278,7 @@ fn finish(path: &Path, count: u64, fsync: bool) -> Result<FileInfo> {
     drop(f);
     Ok(FileInfo {
         count,
-        bytes: super::npy_file_size(count) as u64,
+        bytes: npy_file_size_of(dtype, count) as u64,
         checksum: file_checksum(path)?,
     })
 }
@@ -278,6 +289,7 @@ struct RankOut<'a> {
     offsets: &'a Path,
     lengths: &'a Path,
     loss_tokens: Option<&'a Path>,
+    dtypes: (FileDtype, FileDtype),
     total: u64,
 }
 
@@ -287,10 +299,16 @@ impl RankOut<'_> {
         let mut bytes = Vec::new();
         let parts =
             |values: fn(&DealtStep) -> &[i64]| steps.iter().map(move |s| s.of(values(s), rank));
-        append(self.ids, parts(|s| s.ids.as_slice()), &mut bytes)?;
-        append(self.lengths, parts(|s| s.lengths.as_slice()), &mut bytes)?;
+        let (lengths, loss) = self.dtypes;
+        append(self.ids, I64, parts(|s| s.ids.as_slice()), &mut bytes)?;
+        append(
+            self.lengths,
+            lengths,
+            parts(|s| s.lengths.as_slice()),
+            &mut bytes,
+        )?;
         if let Some(path) = self.loss_tokens {
-            append(path, parts(|s| s.loss_tokens.as_slice()), &mut bytes)?;
+            append(path, loss, parts(|s| s.loss_tokens.as_slice()), &mut bytes)?;
         }
         let mut total = self.total;
         let ends: Vec<i64> = steps
@@ -300,7 +318,7 @@ impl RankOut<'_> {
                 total as i64
             })
             .collect();
-        append(self.offsets, [ends.as_slice()].into_iter(), &mut bytes)?;
+        append(self.offsets, I64, [ends.as_slice()].into_iter(), &mut bytes)?;
         self.total = total;
         Ok(())
     }
@@ -381,21 +399,30 @@ fn write_epoch(
             offsets: &paths.offsets[r],
             lengths: &paths.lengths[r],
             loss_tokens: loss_paths.map(|l| l[r].as_path()),
+            dtypes: (paths.lengths_dtype, paths.loss_tokens_dtype),
             total: 0,
         })
         .collect();
-    let all: Vec<&Path> = ranks
+    let (lengths_dtype, loss_dtype) = (paths.lengths_dtype, paths.loss_tokens_dtype);
+    let all: Vec<(&Path, FileDtype)> = ranks
         .iter()
-        .flat_map(|r| [Some(r.ids), Some(r.offsets), Some(r.lengths), r.loss_tokens])
+        .flat_map(|r| {
+            [
+                Some((r.ids, I64)),
+                Some((r.offsets, I64)),
+                Some((r.lengths, lengths_dtype)),
+                r.loss_tokens.map(|p| (p, loss_dtype)),
+            ]
+        })
         .flatten()
-        .chain(paths.steps.as_deref())
+        .chain(paths.steps.as_deref().map(|p| (p, I64)))
         .collect();
-    for path in &all {
-        create(path)?;
+    for &(path, dtype) in &all {
+        create(path, dtype)?;
     }
     let mut zero = Vec::new();
     for r in &ranks {
-        append(r.offsets, [&[0i64][..]].into_iter(), &mut zero)?;
+        append(r.offsets, I64, [&[0i64][..]].into_iter(), &mut zero)?;
     }
     let num_steps = plan.layout().num_steps();
     let per_batch = steps_per_batch(plan.layout().global_batch_size());
@@ -416,7 +443,12 @@ fn write_epoch(
         })
         .and_then(first_error)?;
         if let Some(table) = &paths.steps {
-            append(table, steps.iter().map(|s| &s.row[..]), &mut table_bytes)?;
+            append(
+                table,
+                I64,
+                steps.iter().map(|s| &s.row[..]),
+                &mut table_bytes,
+            )?;
         }
         done.fetch_add(
             steps.iter().map(|s| s.ids.len() as u64).sum::<u64>(),
@@ -425,16 +457,16 @@ fn write_epoch(
         start = stop_step;
     }
     let counts: Vec<u64> = ranks.iter().map(|r| r.total).collect();
-    let jobs: Vec<(&Path, u64)> = ranks
+    let jobs: Vec<(&Path, FileDtype, u64)> = ranks
         .iter()
         .enumerate()
         .flat_map(|(r, out)| {
             let c = counts[r];
             [
-                Some((out.ids, c)),
-                Some((out.offsets, num_steps + 1)),
-                Some((out.lengths, c)),
-                out.loss_tokens.map(|p| (p, c)),
+                Some((out.ids, I64, c)),
+                Some((out.offsets, I64, num_steps + 1)),
+                Some((out.lengths, lengths_dtype, c)),
+                out.loss_tokens.map(|p| (p, loss_dtype, c)),
             ]
         })
         .flatten()
@@ -442,12 +474,12 @@ fn write_epoch(
             paths
                 .steps
                 .as_deref()
-                .map(|table| (table, STEP_COLUMNS as u64 * num_steps)),
+                .map(|table| (table, I64, STEP_COLUMNS as u64 * num_steps)),
         )
         .collect();
     let mut infos = parallel::install(|| {
         jobs.par_iter()
-            .map(|&(path, count)| finish(path, count, fsync))
+            .map(|&(path, dtype, count)| finish(path, dtype, count, fsync))
             .collect::<Vec<_>>()
     })
     .and_then(first_error)?

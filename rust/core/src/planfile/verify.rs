@@ -29,6 +29,9 @@ pub struct ExpectedFile {
     pub bytes: u64,
     /// Its BLAKE3, by the manifest (hex).
     pub checksum: String,
+    /// The type of its values (int64 but for a token plan's lengths and
+    /// loss tokens).
+    pub dtype: FileDtype,
 }
 
 /// Ids per chunk when reading a file of `count` ids.
@@ -47,14 +50,15 @@ fn open_checked(file: &ExpectedFile) -> Result<(File, blake3::Hasher)> {
     let path = &file.path;
     // The manifest's size must be that of its count, so that no byte of a
     // file escapes the checksum or the ids.
-    if u128::from(file.bytes) != npy_file_size(file.count) {
+    let need = npy_file_size_of(file.dtype, file.count);
+    if u128::from(file.bytes) != need {
         return Err(violation(
             path,
             format!(
-                "the manifest says {} bytes, {} ids need {}",
+                "the manifest says {} bytes, {} values of {} need {need}",
                 file.bytes,
                 file.count,
-                npy_file_size(file.count)
+                file.dtype.descr()
             ),
         ));
     }
@@ -72,14 +76,16 @@ fn open_checked(file: &ExpectedFile) -> Result<(File, blake3::Hasher)> {
             ),
         ));
     }
-    let expected = npy_header(file.count);
+    let expected = npy_header_of(file.dtype, file.count);
     let mut head = vec![0u8; expected.len().min(size as usize)];
     f.read_exact(&mut head)
         .map_err(|e| Error::io(path, "cannot read the header", &e))?;
     if head != expected {
         let what = match parse_npy_header(&head) {
             Err(e) => e,
-            Ok(h) if h.descr != "<i8" => format!("has dtype {:?}, expected '<i8'", h.descr),
+            Ok(h) if h.descr != file.dtype.descr() => {
+                format!("has dtype '{}', expected '{}'", h.descr, file.dtype.descr())
+            }
             Ok(h) if h.fortran_order => "is in Fortran order".to_string(),
             Ok(h) if h.shape != [file.count] => {
                 format!("has shape {:?}, expected [{}]", h.shape, file.count)
@@ -107,9 +113,9 @@ fn finish_checksum(file: &ExpectedFile, hasher: &blake3::Hasher) -> Result<()> {
     Ok(())
 }
 
-/// Reads the data of `f` in chunks, hashing it and passing each chunk's ids
-/// (with their index in the file) to `visit`. Progress counts the file's
-/// bytes, its header (read by [`open_checked`]) included.
+/// Reads the data of `f` in chunks, hashing it and passing each chunk's
+/// values (with the index of its first in the file) to `visit`. Progress
+/// counts the file's bytes, its header (read by [`open_checked`]) included.
 fn stream_ids(
     file: &ExpectedFile,
     f: &mut File,
@@ -118,9 +124,13 @@ fn stream_ids(
     done: &AtomicU64,
     mut visit: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    done.fetch_add(npy_header(file.count).len() as u64, Ordering::Relaxed);
+    done.fetch_add(
+        npy_header_of(file.dtype, file.count).len() as u64,
+        Ordering::Relaxed,
+    );
+    let size = file.dtype.itemsize();
     // No larger than the file: thousands of files can be empty or short.
-    let mut buf = vec![0u8; chunk_len(file.count) * 8];
+    let mut buf = vec![0u8; chunk_len(file.count) * size];
     let mut index = 0u64;
     loop {
         // Checked before the first chunk too: an empty file is also a point
@@ -131,12 +141,12 @@ fn stream_ids(
         if index == file.count {
             return Ok(());
         }
-        let len = chunk_len(file.count - index) * 8;
+        let len = chunk_len(file.count - index) * size;
         f.read_exact(&mut buf[..len])
             .map_err(|e| Error::io(&file.path, "cannot read", &e))?;
         hasher.update(&buf[..len]);
         visit(index, &buf[..len])?;
-        index += (len / 8) as u64;
+        index += (len / size) as u64;
         done.fetch_add(len as u64, Ordering::Relaxed);
     }
 }
@@ -416,6 +426,13 @@ fn verify_one(
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> Result<()> {
+    if file.dtype != FileDtype::I64 {
+        return Err(Error::Value(format!(
+            "{}: a rank file holds int64 ids, not {}",
+            file.path.display(),
+            file.dtype.descr()
+        )));
+    }
     let (mut f, mut hasher) = open_checked(file)?;
     // With the order known, every id is compared with the plan's, computed
     // a chunk at a time alongside the reading (as the writer computed them).
