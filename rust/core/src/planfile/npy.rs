@@ -80,33 +80,53 @@ impl FileDtype {
         }
     }
 
-    /// Appends `value` in little-endian, or None when the type cannot hold it.
-    pub fn push(self, value: i64, out: &mut Vec<u8>) -> Option<()> {
-        match self {
-            FileDtype::I64 => out.extend_from_slice(&value.to_le_bytes()),
-            FileDtype::I32 => out.extend_from_slice(&i32::try_from(value).ok()?.to_le_bytes()),
-            FileDtype::I16 => out.extend_from_slice(&i16::try_from(value).ok()?.to_le_bytes()),
-            FileDtype::I8 => out.extend_from_slice(&i8::try_from(value).ok()?.to_le_bytes()),
-            FileDtype::U32 => out.extend_from_slice(&u32::try_from(value).ok()?.to_le_bytes()),
-            FileDtype::U16 => out.extend_from_slice(&u16::try_from(value).ok()?.to_le_bytes()),
-            FileDtype::U8 => out.push(u8::try_from(value).ok()?),
+    /// Appends `values` in little-endian; the first value the type cannot
+    /// hold is the error (`out` then holds a part of them).
+    pub fn extend(self, values: &[i64], out: &mut Vec<u8>) -> std::result::Result<(), i64> {
+        // One loop per type, the type chosen once.
+        macro_rules! put {
+            ($t:ty) => {{
+                const SIZE: usize = std::mem::size_of::<$t>();
+                let start = out.len();
+                out.resize(start + SIZE * values.len(), 0);
+                for (&v, slot) in values.iter().zip(out[start..].chunks_exact_mut(SIZE)) {
+                    slot.copy_from_slice(&<$t>::try_from(v).map_err(|_| v)?.to_le_bytes());
+                }
+                Ok(())
+            }};
         }
-        Some(())
+        match self {
+            FileDtype::I64 => put!(i64),
+            FileDtype::I32 => put!(i32),
+            FileDtype::I16 => put!(i16),
+            FileDtype::I8 => put!(i8),
+            FileDtype::U32 => put!(u32),
+            FileDtype::U16 => put!(u16),
+            FileDtype::U8 => put!(u8),
+        }
     }
 
-    /// The value of `bytes` (exactly [`FileDtype::itemsize`] of them).
-    pub fn value(self, bytes: &[u8]) -> i64 {
-        let mut le = [0u8; 8];
-        le[..bytes.len()].copy_from_slice(bytes);
-        let signed = matches!(
-            self,
-            FileDtype::I64 | FileDtype::I32 | FileDtype::I16 | FileDtype::I8
-        );
-        // Sign-extend the narrower signed types from their top byte.
-        if signed && bytes.last().is_some_and(|&b| b & 0x80 != 0) {
-            le[bytes.len()..].fill(0xff);
+    /// Appends the values of `bytes` (whole values, little-endian) to `out`.
+    pub fn decode(self, bytes: &[u8], out: &mut Vec<i64>) {
+        macro_rules! get {
+            ($t:ty) => {{
+                const SIZE: usize = std::mem::size_of::<$t>();
+                out.extend(bytes.chunks_exact(SIZE).map(|b| {
+                    let mut le = [0u8; SIZE];
+                    le.copy_from_slice(b);
+                    i64::from(<$t>::from_le_bytes(le))
+                }))
+            }};
         }
-        i64::from_le_bytes(le)
+        match self {
+            FileDtype::I64 => get!(i64),
+            FileDtype::I32 => get!(i32),
+            FileDtype::I16 => get!(i16),
+            FileDtype::I8 => get!(i8),
+            FileDtype::U32 => get!(u32),
+            FileDtype::U16 => get!(u16),
+            FileDtype::U8 => get!(u8),
+        }
     }
 }
 

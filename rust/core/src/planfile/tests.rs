@@ -360,15 +360,22 @@ fn file_dtypes_round_trip_their_values_and_refuse_what_they_cannot_hold() {
         } else {
             (0, (1i128 << bits) - 1)
         };
-        for v in [lo, lo + 1, -1, 0, 1, 200, hi - 1, hi, hi + 1, lo - 1] {
-            let Ok(v) = i64::try_from(v) else { continue };
-            let mut out = Vec::new();
-            let fits = (lo..=hi).contains(&i128::from(v));
-            assert_eq!(dtype.push(v, &mut out).is_some(), fits, "{descr} {v}");
-            if fits {
-                assert_eq!(out.len(), size);
-                assert_eq!(dtype.value(&out), v, "{descr}");
-            }
+        let candidates = [lo, lo + 1, -1, 0, 1, 200, hi - 1, hi, hi + 1, lo - 1];
+        let all: Vec<i64> = candidates
+            .iter()
+            .filter_map(|&v| i64::try_from(v).ok())
+            .collect();
+        let (fit, over): (Vec<i64>, Vec<i64>) = all
+            .iter()
+            .partition(|&&v| (lo..=hi).contains(&i128::from(v)));
+        let mut out = vec![7u8];
+        dtype.extend(&fit, &mut out).unwrap();
+        assert_eq!(out.len(), 1 + size * fit.len());
+        let mut back = Vec::new();
+        dtype.decode(&out[1..], &mut back);
+        assert_eq!(back, fit, "{descr}");
+        for v in over {
+            assert_eq!(dtype.extend(&[0, v, 1], &mut Vec::new()), Err(v), "{descr}");
         }
         let header = npy_header_of(dtype, 77);
         assert_eq!(header.len(), npy_header(77).len());

@@ -70,10 +70,9 @@ fn read_values(file: &ExpectedFile, start: u64, count: u64) -> Result<Vec<i64>> 
     let mut bytes = vec![0u8; (size * count) as usize];
     f.read_exact(&mut bytes)
         .map_err(|e| Error::io(path, "cannot read", &e))?;
-    Ok(bytes
-        .chunks_exact(size as usize)
-        .map(|b| file.dtype.value(b))
-        .collect())
+    let mut values = Vec::with_capacity(count as usize);
+    file.dtype.decode(&bytes, &mut values);
+    Ok(values)
 }
 
 /// A float as Python prints it (`12.0`, not `12`).

@@ -223,9 +223,8 @@ fn append<'a>(
         return Ok(());
     }
     bytes.clear();
-    bytes.reserve(dtype.itemsize() * total);
-    for &v in parts.flatten() {
-        dtype.push(v, bytes).ok_or_else(|| {
+    for part in parts {
+        dtype.extend(part, bytes).map_err(|v| {
             // The values come from a source of this type: a cut only
             // lowers them.
             Error::Value(format!(
