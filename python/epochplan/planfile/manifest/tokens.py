@@ -49,8 +49,6 @@ PACKED_PLAN_FILE_VERSION = 6
 #: cut or not, over an index space or not; its manifest's ``tokens`` names
 #: the types under ``file_dtypes``. An older reader would read them as int64.
 NARROW_PLAN_FILE_VERSION = 7
-#: The integer types a token file may hold (``.npy`` descriptors).
-FILE_DTYPES = ("<i8", "<i4", "<i2", "|i1", "<u4", "<u2", "|u1")
 #: The columns of ``steps.npy``, row-major: the step's loss tokens ``T_t``,
 #: its micro-batch count ``M`` (every rank's), the filler's id and length.
 STEP_COLUMNS = ("step_tokens", "micro_batches", "filler_id", "filler_length")
@@ -321,13 +319,23 @@ def _parse_file_dtypes(
     ok = (
         isinstance(value, dict)
         and sorted(value) == sorted(roles)
-        and all(value[r] in FILE_DTYPES for r in roles)
+        and all(_is_file_dtype(value[r]) for r in roles)
         and any(value[r] != "<i8" for r in roles)
     )
     if not ok:
         raise PlanError(
             f"{where}: tokens['file_dtypes'] is {value!r}, expected the types of "
-            f"{' and '.join(roles)} (of {', '.join(FILE_DTYPES)}), one narrower than '<i8'"
+            f"{' and '.join(roles)} ('<i8', '<i4', '<i2', '|i1', '<u4', '<u2' or '|u1'), "
+            "one narrower than '<i8'"
         )
     assert isinstance(value, dict)
     return value["lengths"], value.get("loss_tokens", "<i8")
+
+
+def _is_file_dtype(value: Any) -> bool:
+    """Whether ``value`` names a type a plan file may hold (the core's list)."""
+    try:
+        _native.npy_file_size(0, value)
+    except (ValueError, TypeError):
+        return False
+    return True
