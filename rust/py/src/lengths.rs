@@ -196,9 +196,6 @@ pub fn checked_array(
     Ok(array.unbind())
 }
 
-/// Values a digest reads at a time (a few KiB of buffers, whatever N).
-const DIGEST_CHUNK: usize = 4096;
-
 /// A numpy integer array read by id while the GIL is held.
 #[derive(Debug)]
 pub struct NumpyLengths<'py> {
@@ -220,8 +217,9 @@ enum Clip<'py> {
     },
 }
 
-/// Values a scan reads at a time.
-const SCAN_CHUNK: usize = 1 << 16;
+/// Values a pass in id order (the oversize scan, the digest) reads at a
+/// time (512 KiB of buffer, whatever N).
+const CHUNK: usize = 1 << 16;
 
 macro_rules! by_dtype {
     ($array:expr, $name:expr, |$view:ident| $body:expr) => {{
@@ -250,21 +248,17 @@ impl<'py> NumpyLengths<'py> {
         })
     }
 
-    /// The ids `holds` keeps whose value is above `max_tokens`: one pass in
-    /// id order, a chunk at a time (a memmap is read front to back once).
-    fn scan(
-        &self,
-        name: &str,
-        max_tokens: u64,
-        holds: impl Fn(u64) -> bool,
-    ) -> Result<OversizeReport> {
-        let mut scan = OversizeScan::new(max_tokens)?;
-        let mut buffer: Vec<u64> = Vec::with_capacity(SCAN_CHUNK.min(self.array.len()));
+    /// The values as given (never cut), in id order, a chunk of up to
+    /// [`CHUNK`] at a time, each passed to `f` (which may change them); an
+    /// error for a negative one, naming `name` and its id. A memmap is read
+    /// front to back once.
+    fn each_chunk(&self, name: &str, mut f: impl FnMut(&mut Vec<u64>) -> Result<()>) -> Result<()> {
+        let mut buffer: Vec<u64> = Vec::with_capacity(CHUNK.min(self.array.len()));
         by_dtype!(&self.array, name, |view| {
             let n = view.len();
             let mut start = 0usize;
             while start < n {
-                let end = (start + SCAN_CHUNK).min(n);
+                let end = (start + CHUNK).min(n);
                 buffer.clear();
                 for (i, value) in view
                     .slice(numpy::ndarray::s![start..end])
@@ -275,13 +269,31 @@ impl<'py> NumpyLengths<'py> {
                     if value < 0 {
                         return Err(negative_length(name, (start + i) as i64, value));
                     }
-                    buffer.push(self.clip_length(value as u64));
+                    buffer.push(value as u64);
                 }
-                scan.feed(&buffer, &holds)?;
+                f(&mut buffer)?;
                 start = end;
             }
-            Ok(scan.finish())
+            Ok(())
         })
+    }
+
+    /// The ids `holds` keeps whose value is above `max_tokens` (after any
+    /// cut): one pass in id order.
+    fn scan(
+        &self,
+        name: &str,
+        max_tokens: u64,
+        holds: impl Fn(u64) -> bool,
+    ) -> Result<OversizeReport> {
+        let mut scan = OversizeScan::new(max_tokens)?;
+        self.each_chunk(name, |values| {
+            for v in values.iter_mut() {
+                *v = self.clip_length(*v);
+            }
+            scan.feed(values, &holds)
+        })?;
+        Ok(scan.finish())
     }
 
     /// A length as the plan sees it (cut to the cap when truncating).
@@ -292,23 +304,13 @@ impl<'py> NumpyLengths<'py> {
         }
     }
 
+    /// The digest of the values as given (never cut): one pass in id order.
     fn digest(&self, name: &str) -> Result<String> {
-        let n = self.array.len();
-        let mut digest = LengthsDigest::new(n as u64);
-        let mut buffer = Vec::with_capacity(n.min(DIGEST_CHUNK));
-        let mut step = |buffer: &mut Vec<u64>, start: usize| -> Result<()> {
-            let end = (start + DIGEST_CHUNK).min(n);
-            let ids: Vec<i64> = (start as i64..end as i64).collect();
-            buffer.clear();
-            self.read(name, &ids, buffer)?;
-            digest.update(buffer);
+        let mut digest = LengthsDigest::new(self.array.len() as u64);
+        self.each_chunk(name, |values| {
+            digest.update(values);
             Ok(())
-        };
-        let mut start = 0;
-        while start < n {
-            step(&mut buffer, start)?;
-            start += DIGEST_CHUNK;
-        }
+        })?;
         Ok(digest.finish())
     }
 }
