@@ -219,19 +219,21 @@ fn by_decreasing_cost<C: CostValue>(costs: &[C]) -> Result<Vec<usize>> {
 }
 
 /// The positions by decreasing length, then increasing position, from
-/// `by_length` (by increasing length, then position) in O(n): its runs of
-/// equal lengths, last run first.
+/// `by_length` (by increasing length, then position) in O(n): `by_length`
+/// reversed, then each run of equal lengths (rare among a step's lengths)
+/// turned back to increasing positions.
 pub(crate) fn by_decreasing_length(by_length: &[usize], lengths: &[u64]) -> Result<Vec<usize>> {
     let mut out = vec_with_capacity(by_length.len(), "the step's samples by cost")?;
-    let mut end = by_length.len();
-    while end > 0 {
-        let length = lengths[by_length[end - 1]];
-        let mut start = end - 1;
-        while start > 0 && lengths[by_length[start - 1]] == length {
-            start -= 1;
+    out.extend(by_length.iter().rev());
+    let mut start = 0;
+    while start < out.len() {
+        let length = lengths[out[start]];
+        let mut end = start + 1;
+        while end < out.len() && lengths[out[end]] == length {
+            end += 1;
         }
-        out.extend_from_slice(&by_length[start..end]);
-        end = start;
+        out[start..end].reverse();
+        start = end;
     }
     Ok(out)
 }
@@ -599,6 +601,26 @@ mod tests {
         assert_eq!(order_by_key(1, |_| u64::MAX, "").unwrap(), vec![0]);
         assert_eq!(order_by_key(2, |_| 0, "").unwrap(), vec![0, 1]);
         assert!(order_by_key(0, |_| 0, "").unwrap().is_empty());
+    }
+
+    #[test]
+    fn decreasing_lengths_keep_increasing_positions_in_ties() {
+        // Every mix of runs: lengths from a few values, many ties.
+        let mut state = 7u64;
+        for n in [0usize, 1, 2, 3, 17, 300] {
+            for values in [1u64, 2, 5, 1000] {
+                let lengths: Vec<u64> = (0..n)
+                    .map(|_| {
+                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        (state >> 33) % values
+                    })
+                    .collect();
+                let by_length = order_by_key(n, |i| lengths[i], "").unwrap();
+                let mut want: Vec<usize> = (0..n).collect();
+                want.sort_by_key(|&i| (std::cmp::Reverse(lengths[i]), i));
+                assert_eq!(by_decreasing_length(&by_length, &lengths).unwrap(), want);
+            }
+        }
     }
 
     #[test]
