@@ -276,7 +276,7 @@ pub fn consume(
                 let base = k * CONSUME_PIECE;
                 // Named by its index in the whole batch, not in the piece.
                 plan.check_ids(ids, base)?;
-                let positions = plan.positions_of(ids)?;
+                let positions = plan.positions_of_checked(ids)?;
                 let mut record = ends.partition_point(|&e| e <= base as u64);
                 let mut misplaced = Vec::new();
                 for (i, &p) in positions.iter().enumerate() {

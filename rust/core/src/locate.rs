@@ -66,6 +66,17 @@ impl Plan {
     /// store (`ids` being `sample_ids[offset..]` of the caller's).
     pub(crate) fn check_ids(&self, ids: &[i64], offset: usize) -> Result<()> {
         let store = self.store_size();
+        // A negative id is at least 2^63 as unsigned: one comparison, with
+        // no early exit, which the compiler vectorises; the first bad id is
+        // looked for only when there is one.
+        let any_bad = ids.chunks(4096).any(|chunk| {
+            chunk
+                .iter()
+                .fold(false, |bad, &v| bad | (v as u64 >= store))
+        });
+        if !any_bad {
+            return Ok(());
+        }
         match ids.iter().position(|&v| v < 0 || v as u64 >= store) {
             Some(i) => Err(Error::Value(format!(
                 "sample_ids[{}] must be a sample id in [0, {store}), got {}",
@@ -81,6 +92,11 @@ impl Plan {
     /// `drop_last` hold none.
     pub fn positions_of(&self, ids: &[i64]) -> Result<Vec<i64>> {
         self.check_ids(ids, 0)?;
+        self.positions_of_checked(ids)
+    }
+
+    /// [`Plan::positions_of`] of ids [`Plan::check_ids`] has checked.
+    pub(crate) fn positions_of_checked(&self, ids: &[i64]) -> Result<Vec<i64>> {
         // Fallible: under an address-space limit a large query is an
         // error, not an aborted process.
         let mut out = copy_of(ids, "the positions of sample_ids")?;
