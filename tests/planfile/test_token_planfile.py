@@ -509,7 +509,7 @@ def test_cli_cuts_the_samples_over_the_cap_with_oversize_truncate(tmp_path: Path
     d = open_plan(out)
     # Cut (version 5) and kept in the lengths file's int32 (version 7).
     assert d.manifest["plan_file_version"] == 7 and d.tokens is not None
-    assert d.tokens.max_length == 40 and d.tokens.lengths_dtype == "<i4"
+    assert d.tokens.max_length == 40 and d.tokens.dtype("lengths") == "<i4"
     stored = d.open_token_file(0, 2, "lengths")
     ids = d.rank_ids(0, 2)
     assert stored.read(0, len(ids)).tolist() == np.minimum(lengths[ids], 40).tolist()

@@ -11,6 +11,7 @@ sample, where it was planned and where it was seen.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -222,10 +223,14 @@ class _Batch:
     steps: npt.NDArray[np.int64]
     counts: npt.NDArray[np.uint64]
 
+    @functools.cached_property
+    def _ends(self) -> npt.NDArray[np.uint64]:
+        """Where each record's ids end."""
+        return np.cumsum(self.counts)
+
     def step_of(self, i: int) -> int:
         """The step ``ids[i]`` was consumed in."""
-        ends = np.cumsum(self.counts)
-        return int(self.steps[int(np.searchsorted(ends, i, side="right"))])
+        return int(self.steps[int(np.searchsorted(self._ends, i, side="right"))])
 
 
 def _kept_batches(log: _Log, batch_ids: int) -> Iterator[_Batch]:

@@ -213,8 +213,7 @@ def token_args(
         (),
         tokens.max_length,
         tokens.packing,
-        lengths_file_dtype,
-        loss_file_dtype or "<i8",
+        (lengths_file_dtype, loss_file_dtype or "<i8"),
     )
     return _TokenArgs(kwargs, info)
 

@@ -69,15 +69,14 @@ impl Plan {
         // A negative id is at least 2^63 as unsigned: one comparison, with
         // no early exit, which the compiler vectorises; the first bad id is
         // looked for only when there is one.
-        let any_bad = ids.chunks(4096).any(|chunk| {
-            chunk
-                .iter()
-                .fold(false, |bad, &v| bad | (v as u64 >= store))
-        });
+        let bad = |v: i64| v as u64 >= store;
+        let any_bad = ids
+            .chunks(4096)
+            .any(|chunk| chunk.iter().fold(false, |any, &v| any | bad(v)));
         if !any_bad {
             return Ok(());
         }
-        match ids.iter().position(|&v| v < 0 || v as u64 >= store) {
+        match ids.iter().position(|&v| bad(v)) {
             Some(i) => Err(Error::Value(format!(
                 "sample_ids[{}] must be a sample id in [0, {store}), got {}",
                 offset + i,

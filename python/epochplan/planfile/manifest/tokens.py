@@ -127,9 +127,9 @@ class TokenInfo:
     max_length: int | None = None
     #: How each share was cut into micro-batches: "sorted" or "first_fit".
     packing: str = "sorted"
-    #: The integer type of the lengths files, and of the loss tokens files.
-    lengths_dtype: str = "<i8"
-    loss_tokens_dtype: str = "<i8"
+    #: The integer types (``.npy`` descriptors) of the lengths files and of
+    #: the loss tokens files.
+    file_dtypes: tuple[str, str] = ("<i8", "<i8")
 
     @property
     def narrow(self) -> bool:
@@ -142,8 +142,8 @@ class TokenInfo:
     def dtype(self, role: str) -> str:
         """The integer type (``.npy`` descriptor) of the token files of ``role``."""
         if role == "lengths":
-            return self.lengths_dtype
-        return self.loss_tokens_dtype if role == "loss_tokens" else "<i8"
+            return self.file_dtypes[0]
+        return self.file_dtypes[1] if role == "loss_tokens" else "<i8"
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -260,7 +260,7 @@ class TokenInfo:
             raise PlanError(f"{where}: tokens['max_length'] is {max_length!r}, not an int >= 1")
         norm = t["loss_normalization"]
         dtypes = _parse_file_dtypes(t, narrow, loss is not None, where)
-        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length, packing, *dtypes)
+        info = cls(lengths, loss, cost, norm, caps[0], caps[1], (), max_length, packing, dtypes)
         files = m.get("token_files")
         if not isinstance(files, list):
             raise PlanError(f"{where}: a token plan's manifest needs a 'token_files' list")

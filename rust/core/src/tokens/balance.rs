@@ -417,14 +417,21 @@ pub fn spread<C: CostValue>(costs: &[C], rank_of: &[usize], world_size: u64) -> 
 
 /// [`spread`] for ranks known to be below `world_size`.
 fn spread_of<C: CostValue>(costs: &[C], rank_of: &[usize], world_size: u64) -> Result<C::Load> {
-    let loads = loads(costs, rank_of, world_size)?;
+    Ok(spread_of_loads::<C>(
+        &loads(costs, rank_of, world_size)?,
+        world_size,
+    ))
+}
+
+/// `max - min` of the active ranks' `loads` (a rank past them has load 0).
+fn spread_of_loads<C: CostValue>(loads: &[C::Load], world_size: u64) -> C::Load {
     let zero = C::Load::default();
     let max = loads.iter().copied().max().unwrap_or(zero);
     let mut min = loads.iter().copied().min().unwrap_or(zero);
     if (loads.len() as u64) < world_size {
         min = zero;
     }
-    Ok(C::difference(max, min))
+    C::difference(max, min)
 }
 
 /// [`spread`] of the strided assignment, without building it: the same
@@ -438,13 +445,7 @@ fn strided_spread<C: CostValue>(costs: &[C], world_size: u64) -> Result<C::Load>
             *load = c.add_to(*load);
         }
     }
-    let zero = C::Load::default();
-    let max = loads.iter().copied().max().unwrap_or(zero);
-    let mut min = loads.iter().copied().min().unwrap_or(zero);
-    if (active as u64) < world_size {
-        min = zero;
-    }
-    Ok(C::difference(max, min))
+    Ok(spread_of_loads::<C>(&loads, world_size))
 }
 
 /// The load of each of the ranks that can hold samples (`min(W, n)`), the
