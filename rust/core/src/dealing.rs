@@ -119,6 +119,35 @@ pub trait SampleLengths {
     /// Appends the length of each of `ids` (each in `[0, num_samples)`) to
     /// `out`; an error for a negative value, naming `name` and the id.
     fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()>;
+
+    /// Appends the values of ids `[start, end)` in order: a pass in id
+    /// order, which gives back the pages it read when the values are a
+    /// shared file mapping (see [`crate::pages`]).
+    fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+        let ids: Vec<i64> = (start as i64..end as i64).collect();
+        self.read(name, &ids, out)
+    }
+
+    /// True when the values are a shared mapping of a file (whose pages a
+    /// pass in id order gives back).
+    fn file_mapped(&self) -> bool {
+        false
+    }
+
+    /// As [`SampleLengths::read`], for `ids` that are the samples of the
+    /// epoch's positions `first_position, first_position + 1, ...` (a
+    /// step's ids in order): values staged by position are read without
+    /// the ids.
+    fn read_at(
+        &self,
+        name: &str,
+        first_position: u64,
+        ids: &[i64],
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        let _ = first_position;
+        self.read(name, ids, out)
+    }
 }
 
 macro_rules! slice_lengths {
@@ -157,6 +186,36 @@ macro_rules! slice_lengths {
                 }
                 Ok(())
             }
+
+            fn file_mapped(&self) -> bool {
+                crate::pages::Pages::of(self).is_some()
+            }
+
+            fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+                let values = usize::try_from(start)
+                    .ok()
+                    .zip(usize::try_from(end).ok())
+                    .and_then(|(a, b)| self.get(a..b))
+                    .ok_or_else(|| {
+                        Error::Index(format!(
+                            "sample ids [{start}, {end}) must lie in [0, {})",
+                            self.len()
+                        ))
+                    })?;
+                out.try_reserve(values.len())
+                    .map_err(|_| Error::Memory("cannot allocate the lengths read".into()))?;
+                for (k, &value) in values.iter().enumerate() {
+                    let value = i128::from(value);
+                    if value < 0 {
+                        return Err(negative_length(name, (start + k as u64) as i64, value));
+                    }
+                    out.push(value as u64);
+                }
+                if let Some(pages) = crate::pages::Pages::of(self) {
+                    pages.release(values);
+                }
+                Ok(())
+            }
         }
     )*};
 }
@@ -173,6 +232,14 @@ where
 
     fn read(&self, name: &str, ids: &[i64], out: &mut Vec<u64>) -> Result<()> {
         self.as_slice().read(name, ids, out)
+    }
+
+    fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+        self.as_slice().read_run(name, start, end, out)
+    }
+
+    fn file_mapped(&self) -> bool {
+        self.as_slice().file_mapped()
     }
 }
 

@@ -20,7 +20,8 @@
 //! - [`planfile`]: plans written to and verified from `.npy` files.
 //! - [`audit`]: the exactly-once audit's bitmap of consumed ids.
 //!
-//! Beside them: [`buffer`] (fallible large allocations), [`parallel`] (the
+//! Beside them: [`buffer`] (fallible large allocations), [`pages`] (a
+//! memory-mapped file's pages given back behind a pass), [`parallel`] (the
 //! thread pool's pieces, the same result on any thread count) and [`error`]
 //! (the one error enum).
 //!
@@ -31,9 +32,10 @@
 //! beyond baseline x86-64 (AVX2, AVX-512, BMI2) after the CPU was seen to
 //! have them: the cipher's batch evaluator, a mask's rank and select, the
 //! interleave of a mixture; their unaligned vector loads and stores and
-//! streaming stores into bounds-checked slices and arrays; and the allocation of large zeroed
-//! outputs with a huge-page hint (`buffer.rs`). Each carries its reason in a
-//! `SAFETY` comment.
+//! streaming stores into bounds-checked slices and arrays; the allocation of large zeroed
+//! outputs with a huge-page hint (`buffer.rs`); and the pages of a shared
+//! file mapping given back after a pass has read them (`pages.rs`). Each
+//! carries its reason in a `SAFETY` comment.
 #![deny(unsafe_code)]
 
 pub mod audit;
@@ -46,6 +48,7 @@ pub mod keys;
 pub mod layout;
 pub mod locate;
 pub mod order;
+pub mod pages;
 pub mod parallel;
 pub mod plan;
 pub mod planfile;

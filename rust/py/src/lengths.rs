@@ -7,6 +7,7 @@ use crate::args::{int_arg, str_arg, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::spec::Tokens;
 use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
+use epochplan_core::pages::Pages;
 use epochplan_core::planfile::FileDtype;
 use epochplan_core::space::Space;
 use epochplan_core::tokens::{
@@ -251,11 +252,15 @@ impl<'py> NumpyLengths<'py> {
     /// The values as given (never cut), in id order, a chunk of up to
     /// [`CHUNK`] at a time, each passed to `f` (which may change them); an
     /// error for a negative one, naming `name` and its id. A memmap is read
-    /// front to back once.
+    /// front to back once, its pages given back behind the pass.
     fn each_chunk(&self, name: &str, mut f: impl FnMut(&mut Vec<u64>) -> Result<()>) -> Result<()> {
         let mut buffer: Vec<u64> = Vec::with_capacity(CHUNK.min(self.array.len()));
         by_dtype!(&self.array, name, |view| {
             let n = view.len();
+            // A memory-mapped file's pages are given back as the pass
+            // leaves them (see `epochplan_core::pages`).
+            let whole = view.as_slice();
+            let pages = whole.and_then(Pages::of);
             let mut start = 0usize;
             while start < n {
                 let end = (start + CHUNK).min(n);
@@ -272,6 +277,9 @@ impl<'py> NumpyLengths<'py> {
                     buffer.push(value as u64);
                 }
                 f(&mut buffer)?;
+                if let (Some(pages), Some(whole)) = (&pages, whole) {
+                    pages.release(&whole[start..end]);
+                }
                 start = end;
             }
             Ok(())

@@ -70,6 +70,18 @@ macro_rules! dtypes {
                     $(Slice::$variant(s) => s.read(name, ids, out),)*
                 }
             }
+
+            fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+                match self {
+                    $(Slice::$variant(s) => s.read_run(name, start, end, out),)*
+                }
+            }
+
+            fn file_mapped(&self) -> bool {
+                match self {
+                    $(Slice::$variant(s) => s.file_mapped(),)*
+                }
+            }
         }
     };
 }
@@ -102,6 +114,22 @@ impl SampleLengths for Reader<'_> {
             Reader::Given(s) => s.read(name, ids, out),
             Reader::CutLengths(c) => c.read(name, ids, out),
             Reader::CutLoss(c) => c.read(name, ids, out),
+        }
+    }
+
+    fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+        match self {
+            Reader::Given(s) => s.read_run(name, start, end, out),
+            Reader::CutLengths(c) => c.read_run(name, start, end, out),
+            Reader::CutLoss(c) => c.read_run(name, start, end, out),
+        }
+    }
+
+    fn file_mapped(&self) -> bool {
+        match self {
+            Reader::Given(s) => s.file_mapped(),
+            Reader::CutLengths(c) => c.file_mapped(),
+            Reader::CutLoss(c) => c.file_mapped(),
         }
     }
 }

@@ -195,6 +195,19 @@ impl<L: SampleLengths> SampleLengths for CutLengths<L> {
             .for_each(|l| *l = (*l).min(self.cap));
         Ok(())
     }
+
+    fn file_mapped(&self) -> bool {
+        self.lengths.file_mapped()
+    }
+
+    fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+        let first = out.len();
+        self.lengths.read_run(name, start, end, out)?;
+        out[first..]
+            .iter_mut()
+            .for_each(|l| *l = (*l).min(self.cap));
+        Ok(())
+    }
 }
 
 /// Loss tokens of samples cut to `cap` tokens ([`truncated`]: a sample
@@ -220,6 +233,21 @@ impl<L: SampleLengths, M: SampleLengths> SampleLengths for CutLoss<L, M> {
         let mut lengths = Vec::new();
         self.lengths.read("lengths", ids, &mut lengths)?;
         for (loss, &length) in out[start..].iter_mut().zip(&lengths) {
+            *loss = truncated(length, *loss, self.cap).1;
+        }
+        Ok(())
+    }
+
+    fn file_mapped(&self) -> bool {
+        self.loss_tokens.file_mapped() || self.lengths.file_mapped()
+    }
+
+    fn read_run(&self, name: &str, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+        let first = out.len();
+        self.loss_tokens.read_run(name, start, end, out)?;
+        let mut lengths = Vec::new();
+        self.lengths.read_run("lengths", start, end, &mut lengths)?;
+        for (loss, &length) in out[first..].iter_mut().zip(&lengths) {
             *loss = truncated(length, *loss, self.cap).1;
         }
         Ok(())
