@@ -411,6 +411,7 @@ class TokenDealer:
         ranks: list[int] | None = None,
         fsync: bool = True,
         progress: Callable[[int], object] | None = None,
+        scratch: str | None = None,
     ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]: ...
 
 def verify_token_epoch(
@@ -541,6 +542,8 @@ def streaming_partition_part(
 class _Testing:
     @staticmethod
     def file_checksum(path: str | os.PathLike[str]) -> str: ...
+    @staticmethod
+    def file_mapped(array: npt.NDArray[Any]) -> bool: ...
     @staticmethod
     def _np_seed_pool(seed: int) -> list[int]: ...
     @staticmethod

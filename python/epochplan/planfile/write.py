@@ -186,14 +186,12 @@ def token_args(
     if tokens.loss_tokens is not None:
         _, *rest = array_source(tokens.loss_tokens, "loss_tokens")
         loss_source = tuple(rest)
-    # The caps are checked by the plan, with their messages: every sample
-    # over the cap too, before any disk work (one pass over the lengths
-    # names how many and the first ids).
+    # The caps are checked by the dealer, with the plan's messages: every
+    # sample over the cap too, before any disk work (one pass over the
+    # lengths in id order names how many and the first ids; no step is
+    # read, which would map pages of a lengths file all over it).
     plan = spec.plan(0)
-    if plan.num_steps:
-        plan.num_micro_batches(0, world_size, micro_batch_size, max_tokens=max_tokens)
-    else:
-        plan.total_micro_batches(world_size, micro_batch_size, max_tokens=max_tokens)
+    _native.TokenDealer(plan, world_size, micro_batch_size=micro_batch_size, max_tokens=max_tokens)
     state = plan.state_dict()  # the arrays' digests, read once
     digest, loss_digest = state["lengths_digest"], state["loss_tokens_digest"]
     kwargs = {"micro_batch_size": micro_batch_size, "max_tokens": max_tokens}

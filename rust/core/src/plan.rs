@@ -321,11 +321,11 @@ impl Plan {
         let span = self.layout.span(step)?;
         let ids = self.step_ids(step)?;
         let mut read = Vec::new();
-        lengths.read("lengths", &ids, &mut read)?;
+        lengths.read_at("lengths", span.start, &ids, &mut read)?;
         let loss = match loss_tokens {
             Some(loss) => {
                 let mut out = Vec::new();
-                loss.read("loss_tokens", &ids, &mut out)?;
+                loss.read_at("loss_tokens", span.start, &ids, &mut out)?;
                 Some(out)
             }
             None => None,

@@ -19,6 +19,7 @@
 //! the reader accepts 1.0, 2.0 and 3.0.
 
 mod npy;
+mod staging;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -31,6 +32,10 @@ mod write;
 pub use npy::{
     npy_file_size, npy_file_size_of, npy_header, npy_header_of, parse_npy_header, FileDtype,
     NpyHeader,
+};
+pub use staging::{
+    batch_arrays, can_stage, StagedArrays, StagedArraysReader, StagedBatch, StagedBatches,
+    StagedReader, Staging, STAGE_MIN_SAMPLES,
 };
 pub use token_verify::{verify_token_files, TokenCheck, TokenEpochFiles, DEALING_RANGE_SAMPLES};
 pub use tokens::{

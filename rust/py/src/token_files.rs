@@ -11,7 +11,7 @@ use crate::planfile::run_detached;
 use crate::token_slices::Guards;
 use epochplan_core::dealing::negative_length;
 use epochplan_core::plan::Plan;
-use epochplan_core::planfile::{self, FileInfo, TokenArraysRef, TokenPaths};
+use epochplan_core::planfile::{self, FileInfo, StagedArrays, TokenArraysRef, TokenPaths};
 use epochplan_core::tokens::{cut_share, Caps};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
@@ -57,7 +57,8 @@ fn token_file_dtypes(
 #[pymethods]
 impl TokenDealer {
     /// The dealer of `plan` (a token plan from its epoch's start) over
-    /// `world_size` ranks, under the caps.
+    /// `world_size` ranks, under the caps; the error of the caps, or of
+    /// the samples over `max_tokens`, as the plan raises them.
     #[new]
     #[pyo3(signature = (plan, world_size, *, micro_batch_size = None, max_tokens = None))]
     fn new(
@@ -74,11 +75,18 @@ impl TokenDealer {
             ));
         };
         let caps = caps_arg(micro_batch_size, max_tokens)?.with_packing(tokens.packing);
-        let (layout, _, _) = plan.parts();
+        let (layout, space, _) = plan.parts();
         if layout.cursor() != 0 {
             return Err(PyValueError::new_err(
                 "plan must start at its epoch's start (cursor 0)",
             ));
+        }
+        if let Some(cap) = caps.max_tokens() {
+            // Every sample over the cap, before any file is written (one
+            // pass over the lengths in id order, kept for the plan's life).
+            if let Some(err) = tokens.oversize(py, cap, space)?.error() {
+                return Err(err).py();
+            }
         }
         Ok(TokenDealer {
             plan: plan.plan(py)?,
@@ -96,7 +104,10 @@ impl TokenDealer {
     /// table. Returns `(count, bytes, blake3 hex)` of the ids files, rank by
     /// rank, and of the token files in the manifest's order: the step table,
     /// then per rank its offsets, lengths (and loss tokens).
-    #[pyo3(signature = (ids, offsets, lengths, loss_tokens, steps, *, ranks = None, fsync = true, progress = None))]
+    /// `scratch`: a directory for the lengths staged in the epoch's order
+    /// when they are a memory-mapped file (see
+    /// `epochplan_core::planfile::StagedArrays`); None reads them by id.
+    #[pyo3(signature = (ids, offsets, lengths, loss_tokens, steps, *, ranks = None, fsync = true, progress = None, scratch = None))]
     #[allow(clippy::too_many_arguments)]
     fn write_files(
         &self,
@@ -109,6 +120,7 @@ impl TokenDealer {
         ranks: Option<Vec<u64>>,
         fsync: bool,
         progress: Option<Py<PyAny>>,
+        scratch: Option<PathBuf>,
     ) -> PyResult<FileLists> {
         if loss_tokens.is_some() != self.tokens.loss_tokens.is_some() {
             return Err(PyValueError::new_err(
@@ -134,7 +146,20 @@ impl TokenDealer {
         };
         let (plan, w, caps) = (&self.plan, self.world_size, self.caps);
         let files = run_detached(py, progress, |report| {
-            planfile::write_token_files(plan, arrays, w, caps, &paths, fsync, report)
+            let staged = match &scratch {
+                Some(dir) => StagedArrays::for_mapped(plan, arrays, dir)?,
+                None => None,
+            };
+            planfile::write_token_files(
+                plan,
+                arrays,
+                staged.as_ref(),
+                w,
+                caps,
+                &paths,
+                fsync,
+                report,
+            )
         })?;
         let row = |i: &FileInfo| (i.count, i.bytes, i.checksum.clone());
         let mut token: Vec<_> = files.steps.iter().map(row).collect();

@@ -110,8 +110,17 @@ fn written_files_hold_every_steps_dealing_and_verify() {
     let caps = Caps::new(None, Some(300)).unwrap();
     let dir = Dir::new("roundtrip");
     let paths = dir.paths(w);
-    let files =
-        write_token_files(&plan, arrays, w as u64, caps, &paths, false, &mut |_| true).unwrap();
+    let files = write_token_files(
+        &plan,
+        arrays,
+        None,
+        w as u64,
+        caps,
+        &paths,
+        false,
+        &mut |_| true,
+    )
+    .unwrap();
     // Rank by rank, the files are the steps' dealing in order.
     let mut ids = vec![Vec::new(); w];
     let mut offsets = vec![vec![0i64]; w];
@@ -152,7 +161,9 @@ fn written_files_hold_every_steps_dealing_and_verify() {
         lengths: &other.as_slice(),
         loss_tokens: None,
     };
-    let err = verify_token_files(check, &listed, Some(other), &mut |_| true).unwrap_err();
+    // Returned, not raised: the caller checks the arrays' digests first.
+    let found = verify_token_files(check, &listed, Some(other), &mut |_| true).unwrap();
+    let err = found.expect("the stored lengths differ from the file's");
     assert!(err.to_string().contains("the lengths file has"), "{err}");
     // A part's ranks alone (rank 1 and 2, no step table): the same bytes.
     let part_dir = Dir::new("roundtrip-part");
@@ -162,14 +173,33 @@ fn written_files_hold_every_steps_dealing_and_verify() {
         role.remove(0);
     }
     part.steps = None;
-    let written =
-        write_token_files(&plan, arrays, w as u64, caps, &part, false, &mut |_| true).unwrap();
+    let written = write_token_files(
+        &plan,
+        arrays,
+        None,
+        w as u64,
+        caps,
+        &part,
+        false,
+        &mut |_| true,
+    )
+    .unwrap();
     assert!(written.steps.is_none());
     assert_eq!(written.ids, files.ids[1..]);
     assert_eq!(written.offsets, files.offsets[1..]);
     assert_eq!(written.lengths, files.lengths[1..]);
     part.ranks = vec![2, 1];
-    assert!(write_token_files(&plan, arrays, w as u64, caps, &part, false, &mut |_| true).is_err());
+    assert!(write_token_files(
+        &plan,
+        arrays,
+        None,
+        w as u64,
+        caps,
+        &part,
+        false,
+        &mut |_| true
+    )
+    .is_err());
 }
 
 #[test]
@@ -191,8 +221,17 @@ fn a_sample_over_the_cap_is_the_error_of_the_first_step_holding_one() {
     };
     let dir = Dir::new("oversize");
     let caps = Caps::new(None, Some(50)).unwrap();
-    let err =
-        write_token_files(&plan, arrays, 4, caps, &dir.paths(4), false, &mut |_| true).unwrap_err();
+    let err = write_token_files(
+        &plan,
+        arrays,
+        None,
+        4,
+        caps,
+        &dir.paths(4),
+        false,
+        &mut |_| true,
+    )
+    .unwrap_err();
     assert!(
         err.to_string()
             .contains(&format!("lengths[{}] must be <= max_tokens", late[0]))
@@ -213,13 +252,31 @@ fn narrow_lengths_files_hold_the_same_values_and_verify() {
     let caps = Caps::new(None, Some(600)).unwrap();
     let wide_dir = Dir::new("narrow-wide");
     let wide = wide_dir.paths(w);
-    let wide_files =
-        write_token_files(&plan, arrays, w as u64, caps, &wide, false, &mut |_| true).unwrap();
+    let wide_files = write_token_files(
+        &plan,
+        arrays,
+        None,
+        w as u64,
+        caps,
+        &wide,
+        false,
+        &mut |_| true,
+    )
+    .unwrap();
     let dir = Dir::new("narrow");
     let mut paths = dir.paths(w);
     paths.lengths_dtype = FileDtype::U16;
-    let files =
-        write_token_files(&plan, arrays, w as u64, caps, &paths, false, &mut |_| true).unwrap();
+    let files = write_token_files(
+        &plan,
+        arrays,
+        None,
+        w as u64,
+        caps,
+        &paths,
+        false,
+        &mut |_| true,
+    )
+    .unwrap();
     assert_eq!(files.ids, wide_files.ids);
     assert_eq!(files.offsets, wide_files.offsets);
     for r in 0..w {
@@ -252,6 +309,92 @@ fn narrow_lengths_files_hold_the_same_values_and_verify() {
     let err = verify_token_files(check, &wrong, None, &mut |_| true).unwrap_err();
     assert!(
         err.to_string().contains("has dtype '<u2', expected '<i2'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn staged_arrays_write_and_verify_the_same_files() {
+    // Lengths staged by position (what a memory-mapped file is read
+    // through) give every file byte for byte, loss tokens included.
+    let (n, g, w) = (7000u64, 96u64, 3usize);
+    let lengths: Vec<u32> = (0..n).map(|i| (i * 7919 % 97 + 2) as u32).collect();
+    let loss: Vec<u16> = lengths.iter().map(|&l| (l - 1) as u16).collect();
+    let arrays = TokenArraysRef {
+        lengths: &lengths.as_slice(),
+        loss_tokens: Some(&loss.as_slice()),
+    };
+    let plan = token_plan(n, g);
+    let caps = Caps::new(None, Some(400)).unwrap();
+    let with_loss = |dir: &Dir| {
+        let mut paths = dir.paths(w);
+        paths.loss_tokens = Some(
+            (0..w)
+                .map(|r| dir.0.join(format!("loss-{r}.npy")))
+                .collect(),
+        );
+        paths
+    };
+    let direct_dir = Dir::new("staged-direct");
+    let direct = with_loss(&direct_dir);
+    let want = write_token_files(
+        &plan,
+        arrays,
+        None,
+        w as u64,
+        caps,
+        &direct,
+        false,
+        &mut |_| true,
+    )
+    .unwrap();
+    let staged = StagedArrays::new(&plan, arrays, &std::env::temp_dir())
+        .unwrap()
+        .unwrap();
+    let dir = Dir::new("staged");
+    let paths = with_loss(&dir);
+    let got = write_token_files(
+        &plan,
+        arrays,
+        Some(&staged),
+        w as u64,
+        caps,
+        &paths,
+        false,
+        &mut |_| true,
+    )
+    .unwrap();
+    assert_eq!(got.ids, want.ids);
+    assert_eq!(got.offsets, want.offsets);
+    assert_eq!(got.lengths, want.lengths);
+    assert_eq!(got.loss_tokens, want.loss_tokens);
+    assert_eq!(got.steps, want.steps);
+    let check = TokenCheck {
+        plan: &plan,
+        world_size: w as u64,
+        caps,
+        cost: Cost::Tokens,
+        dir: &dir.0,
+        epoch: 0,
+    };
+    let mut listed = epoch_files(&paths, &got);
+    listed.loss_tokens = Some(expected(
+        paths.loss_tokens.as_ref().unwrap(),
+        got.loss_tokens.as_ref().unwrap(),
+        paths.loss_tokens_dtype,
+    ));
+    let found = verify_token_files(check, &listed, Some(arrays), &mut |_| true).unwrap();
+    assert!(found.is_none());
+    // Other loss tokens, staged: the stored ones are named as differing.
+    let other: Vec<u16> = loss.iter().map(|&l| l.saturating_sub(1)).collect();
+    let other = TokenArraysRef {
+        lengths: &lengths.as_slice(),
+        loss_tokens: Some(&other.as_slice()),
+    };
+    let found = verify_token_files(check, &listed, Some(other), &mut |_| true).unwrap();
+    let err = found.expect("the stored loss tokens differ from the file's");
+    assert!(
+        err.to_string().contains("the loss_tokens file has"),
         "{err}"
     );
 }

@@ -7,7 +7,18 @@
 //! does), and only a step that differs is checked rule by rule, for the
 //! error that names what differs. Memory holds one batch of steps, whatever
 //! `N`.
+//!
+//! A plan over `0..N` whose order has an inverse is dealt again from its
+//! stored values, put back in the epoch's order, and those are tied to the
+//! arrays by an order-free sum of `(id, value)` pairs over the epoch
+//! ([`PairSums`]): the arrays are read once in id order (a memory-mapped
+//! file's pages given back as the pass goes), never by id, so the process
+//! maps none of a large lengths file for long. Only when the sums differ
+//! are the stored values compared with the arrays by id, for the error
+//! that names the first sample that differs. Any other plan is dealt again
+//! from the arrays, read by id.
 
+use super::staging::{batch_arrays, can_stage, StagedBatch, StagedBatches};
 use super::tokens::{deal_token_step, first_error, DealtStep, TokenArraysRef, STEP_COLUMNS};
 use super::verify::{check_file, ExpectedFile};
 use super::write::{interrupted, with_progress};
@@ -346,6 +357,194 @@ impl TokenCheck<'_> {
     }
 }
 
+/// An order-free sum of `(id, value)` pairs, in two keyed 64-bit lanes,
+/// for the lengths and for the loss tokens. An epoch's stored values (each
+/// id once) sum as the arrays' do when every stored value is the array's;
+/// one value that differs always changes the sum (a lane's term is a
+/// bijection of the value for a given id), several cancel out with a
+/// chance of about 2^-128.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct PairSums {
+    lengths: [u64; 2],
+    loss_tokens: [u64; 2],
+}
+
+/// The lanes' keys.
+const LANE_KEYS: [u64; 2] = [0x9E37_79B9_7F4A_7C15, 0xD1B5_4A32_D192_ED03];
+
+/// SplitMix64's finaliser, a bijection of u64.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn add_pair(lanes: &mut [u64; 2], id: u64, value: u64) {
+    for (lane, key) in lanes.iter_mut().zip(LANE_KEYS) {
+        *lane = lane.wrapping_add(mix(mix(id ^ key).wrapping_add(value)));
+    }
+}
+
+impl PairSums {
+    fn merge(self, other: PairSums) -> PairSums {
+        let add = |a: [u64; 2], b: [u64; 2]| [a[0].wrapping_add(b[0]), a[1].wrapping_add(b[1])];
+        PairSums {
+            lengths: add(self.lengths, other.lengths),
+            loss_tokens: add(self.loss_tokens, other.loss_tokens),
+        }
+    }
+
+    /// The sums of a batch's stored shares.
+    fn of_stored(stored: &[Stored]) -> Result<PairSums> {
+        parallel::install(|| {
+            stored
+                .par_iter()
+                .map(|s| {
+                    let mut sums = PairSums::default();
+                    for (ids, lengths, loss) in &s.shares {
+                        for (k, &id) in ids.iter().enumerate() {
+                            add_pair(&mut sums.lengths, id as u64, lengths[k] as u64);
+                            if let Some(loss) = loss {
+                                add_pair(&mut sums.loss_tokens, id as u64, loss[k] as u64);
+                            }
+                        }
+                    }
+                    sums
+                })
+                .reduce(PairSums::default, PairSums::merge)
+        })
+    }
+
+    /// The sums of the arrays' values of the ids `plan`'s epoch holds (all
+    /// `N`, but those of a short last step `drop_last` drops), as the plan
+    /// reads them: one pass in id order on every core, a memory-mapped
+    /// file's pages given back behind it.
+    fn of_arrays(arrays: TokenArraysRef<'_>, plan: &Plan) -> Result<PairSums> {
+        const RUN: u64 = 1 << 20;
+        let layout = plan.layout();
+        let n = layout.num_samples();
+        let kept = match layout.num_steps() {
+            0 => 0,
+            steps => layout.span(steps - 1).map(|s| s.start + s.len)?,
+        };
+        let runs = n.div_ceil(RUN);
+        let sums = parallel::install(|| {
+            (0..runs)
+                .into_par_iter()
+                .map(|r| {
+                    let (start, end) = (r * RUN, n.min((r + 1) * RUN));
+                    let mut sums = PairSums::default();
+                    let mut values = Vec::with_capacity((end - start) as usize);
+                    // Where each id is, when the epoch does not hold them all.
+                    let positions = (kept < n).then(|| {
+                        let mut p: Vec<i64> = (start as i64..end as i64).collect();
+                        plan.order().invert_slice(&mut p);
+                        p
+                    });
+                    for (lanes, source, name) in [
+                        (&mut sums.lengths, Some(arrays.lengths), "lengths"),
+                        (&mut sums.loss_tokens, arrays.loss_tokens, "loss_tokens"),
+                    ] {
+                        let Some(source) = source else {
+                            continue;
+                        };
+                        values.clear();
+                        source.read_run(name, start, end, &mut values)?;
+                        for (k, &v) in values.iter().enumerate() {
+                            if positions.as_ref().is_none_or(|p| (p[k] as u64) < kept) {
+                                add_pair(lanes, start + k as u64, v);
+                            }
+                        }
+                    }
+                    Ok(sums)
+                })
+                .collect::<Vec<Result<PairSums>>>()
+        })?;
+        sums.into_iter()
+            .try_fold(PairSums::default(), |acc, s| Ok(acc.merge(s?)))
+    }
+}
+
+/// Steps `[start, end)` of `plan` as stored, their values by position:
+/// what the dealing is recomputed from, once the epoch's [`PairSums`] tie
+/// them to the arrays. None when the plan cannot be read by position
+/// ([`can_stage`]) or the stored ids are not exactly each step's (the
+/// step's own checks then name what is wrong).
+fn stored_by_position<'a>(
+    plan: &'a Plan,
+    start: u64,
+    end: u64,
+    stored: &[Stored],
+    loss: bool,
+) -> Option<StagedBatches<'a>> {
+    if !can_stage(plan) || start >= end {
+        return None;
+    }
+    let first = plan.layout().span(start).ok()?.start;
+    let last = plan.layout().span(end - 1).ok()?;
+    let len = (last.start + last.len - first) as usize;
+    let n = plan.layout().num_samples();
+    let mut lengths = vec![u64::MAX; len];
+    let mut losses = vec![u64::MAX; if loss { len } else { 0 }];
+    let spans: Vec<_> = (start..end)
+        .map(|t| plan.layout().span(t))
+        .collect::<Result<_>>()
+        .ok()?;
+    // Each step's values are one run of positions: steps in parallel.
+    let mut pieces = Vec::with_capacity(spans.len());
+    let (mut rest, mut rest_loss) = (&mut lengths[..], &mut losses[..]);
+    for span in &spans {
+        let (piece, tail) = rest.split_at_mut(span.len as usize);
+        let (loss_piece, loss_tail) =
+            rest_loss.split_at_mut(if loss { span.len as usize } else { 0 });
+        pieces.push((piece, loss_piece));
+        (rest, rest_loss) = (tail, loss_tail);
+    }
+    let filled = parallel::install(|| {
+        pieces
+            .into_par_iter()
+            .zip(stored.par_iter().zip(&spans))
+            .all(|((values, loss_values), (s, span))| {
+                let ids: Vec<i64> = s.shares.iter().flat_map(|x| x.0.iter().copied()).collect();
+                if ids.len() as u64 != span.len || ids.iter().any(|&id| id < 0 || id as u64 >= n) {
+                    return false;
+                }
+                let mut positions = ids;
+                plan.order().invert_slice(&mut positions);
+                let mut k = 0;
+                for (_, stored_lengths, stored_loss) in &s.shares {
+                    if loss && stored_loss.is_none() {
+                        return false;
+                    }
+                    for (i, &value) in stored_lengths.iter().enumerate() {
+                        let at = (positions[k] as u64).wrapping_sub(span.start) as usize;
+                        k += 1;
+                        if at >= values.len() || values[at] != u64::MAX || value < 0 {
+                            return false;
+                        }
+                        values[at] = value as u64;
+                        if let Some(stored_loss) = stored_loss.as_ref().filter(|_| loss) {
+                            if stored_loss[i] < 0 {
+                                return false;
+                            }
+                            loss_values[at] = stored_loss[i] as u64;
+                        }
+                    }
+                }
+                true
+            })
+    })
+    .ok()?;
+    if !filled {
+        return None;
+    }
+    let order = plan.order();
+    Some((
+        StagedBatch::new(first, lengths, order),
+        loss.then(|| StagedBatch::new(first, losses, order)),
+    ))
+}
+
 fn check_lengths(files: &TokenEpochFiles, world_size: u64) -> Result<()> {
     let w = world_size as usize;
     let n = [
@@ -455,6 +654,11 @@ fn verify_epoch(
     // Whole ranges per batch: a range's findings are all in one batch.
     let per_batch = per_range * RANGES_PER_BATCH;
     let mut dealing_error: Option<(u64, Error)> = None;
+    // A plan over `0..N` (whose order has an inverse) is dealt again from
+    // its stored values, tied to the arrays by their sums; any other from
+    // the arrays, read by id.
+    let by_values = can_stage(check.plan);
+    let mut stored_sums = PairSums::default();
     let mut start = 0;
     while start < num_steps {
         if stop.load(Ordering::Relaxed) {
@@ -462,6 +666,15 @@ fn verify_epoch(
         }
         let end = num_steps.min(start + per_batch);
         let stored = read_batch(files, w, start, end)?;
+        // The stored values by position, when they cover the batch: the
+        // dealing is recomputed from them, and they are tied to the arrays
+        // by the epoch's pair sums below (the arrays are not read by id).
+        let by_position = arrays.and_then(|a| {
+            stored_by_position(check.plan, start, end, &stored, a.loss_tokens.is_some())
+        });
+        if arrays.is_some() && by_values {
+            stored_sums = stored_sums.merge(PairSums::of_stored(&stored)?);
+        }
         let mut findings = parallel::install(|| {
             stored
                 .par_iter()
@@ -475,7 +688,8 @@ fn verify_epoch(
                     // rule (the dealing does). Any other gets the stored
                     // step's own checks and its values against the arrays
                     // first: their errors name what differs best.
-                    let finding = check.against_dealing(step, s, a);
+                    let dealt_from = by_position.as_ref().map_or(a, batch_arrays);
+                    let finding = check.against_dealing(step, s, dealt_from);
                     if !finding.exact {
                         check.check_step(step, s)?;
                         check.compare(step, s, a)?;
@@ -491,7 +705,34 @@ fn verify_epoch(
         }
         start = end;
     }
-    Ok(dealing_error.map(|(_, e)| e))
+    if let Some((_, error)) = dealing_error {
+        return Ok(Some(error));
+    }
+    let Some(arrays) = arrays.filter(|_| by_values) else {
+        return Ok(None);
+    };
+    if stored_sums == PairSums::of_arrays(arrays, check.plan)? {
+        return Ok(None);
+    }
+    // Some stored value is not the arrays': found (and named) by id.
+    let mut start = 0;
+    while start < num_steps {
+        let end = num_steps.min(start + per_batch);
+        let stored = read_batch(files, w, start, end)?;
+        for (k, s) in stored.iter().enumerate() {
+            if let Err(error) = check.compare(start + k as u64, s, arrays) {
+                return Ok(Some(error));
+            }
+        }
+        start = end;
+    }
+    Err(Error::plan_file(
+        check.dir,
+        format!(
+            "epoch {}: the stored lengths and loss tokens do not sum as the arrays' do",
+            check.epoch
+        ),
+    ))
 }
 
 /// The first range (of `per_range` steps from 0) holding a step of
@@ -596,4 +837,60 @@ fn read_batch(files: &TokenEpochFiles, w: usize, start: u64, end: u64) -> Result
         }
     }
     Ok(stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_sums_ignore_the_order_and_see_any_one_value_change() {
+        let ids: Vec<i64> = (0..1000).collect();
+        let values: Vec<i64> = ids.iter().map(|i| i * 7 % 300 + 1).collect();
+        let stored = |ids: &[i64], values: &[i64]| Stored {
+            row: [0; STEP_COLUMNS],
+            shares: vec![(ids.to_vec(), values.to_vec(), None)],
+        };
+        let sums = PairSums::of_stored(&[stored(&ids, &values)]).unwrap();
+        // The same pairs in another order and split over two steps.
+        let (mut r_ids, mut r_values) = (ids.clone(), values.clone());
+        r_ids.reverse();
+        r_values.reverse();
+        let split = [
+            stored(&r_ids[..400], &r_values[..400]),
+            stored(&r_ids[400..], &r_values[400..]),
+        ];
+        assert_eq!(PairSums::of_stored(&split).unwrap(), sums);
+        // And the arrays' own sum, read in id order.
+        let lengths: Vec<u64> = values.iter().map(|&v| v as u64).collect();
+        let plan = Plan::new(
+            crate::Order::new(1000, 1, 0, crate::Kind::Cipher).unwrap(),
+            100,
+            false,
+            0,
+        )
+        .unwrap();
+        let arrays = TokenArraysRef {
+            lengths: &lengths.as_slice(),
+            loss_tokens: None,
+        };
+        assert_eq!(PairSums::of_arrays(arrays, &plan).unwrap(), sums);
+        for k in [0usize, 499, 999] {
+            for delta in [1i64, -1, 1 << 40] {
+                let mut changed = values.clone();
+                changed[k] += delta;
+                assert_ne!(
+                    PairSums::of_stored(&[stored(&ids, &changed)]).unwrap(),
+                    sums
+                );
+            }
+        }
+        // Two values swapped between ids: a different set of pairs.
+        let mut swapped = values.clone();
+        swapped.swap(3, 4);
+        assert_ne!(
+            PairSums::of_stored(&[stored(&ids, &swapped)]).unwrap(),
+            sums
+        );
+    }
 }

@@ -11,6 +11,7 @@
 //! parallel.
 
 use super::npy::{npy_file_size_of, npy_header_of, FileDtype};
+use super::staging::{batch_arrays, StagedArrays, StagedBatches};
 use super::write::{interrupted, with_progress};
 use super::{file_checksum, FileInfo};
 use crate::dealing::SampleLengths;
@@ -356,9 +357,11 @@ fn check_paths(paths: &TokenPaths, world_size: u64) -> Result<()> {
 /// (returning `false` stops the work with an "interrupted" error, files
 /// left partial). A sample over the token cap is the error of the first
 /// step holding one.
+#[allow(clippy::too_many_arguments)]
 pub fn write_token_files(
     plan: &Plan,
     arrays: TokenArraysRef<'_>,
+    staged: Option<&StagedArrays>,
     world_size: u64,
     caps: Caps,
     paths: &TokenPaths,
@@ -375,7 +378,9 @@ pub fn write_token_files(
     let stop = AtomicBool::new(false);
     let (done, stop) = (&done, &stop);
     with_progress(done, stop, progress, move || {
-        write_epoch(plan, arrays, world_size, caps, paths, fsync, done, stop)
+        write_epoch(
+            plan, arrays, staged, world_size, caps, paths, fsync, done, stop,
+        )
     })
 }
 
@@ -383,6 +388,7 @@ pub fn write_token_files(
 fn write_epoch(
     plan: &Plan,
     arrays: TokenArraysRef<'_>,
+    staged: Option<&StagedArrays>,
     world_size: u64,
     caps: Caps,
     paths: &TokenPaths,
@@ -426,13 +432,34 @@ fn write_epoch(
     let num_steps = plan.layout().num_steps();
     let per_batch = steps_per_batch(plan.layout().global_batch_size());
     let mut table_bytes = Vec::new();
+    // Staged values are read a batch ahead, while the current batch is
+    // dealt (reading them back is serial).
+    let mut staged_reader = staged.map(StagedArrays::reader);
+    let mut read_ahead = |start: u64| -> Result<Option<StagedBatches<'_>>> {
+        match &mut staged_reader {
+            Some(reader) if start < num_steps => {
+                let stop_step = num_steps.min(start + per_batch);
+                reader.steps(plan, start, stop_step).map(Some)
+            }
+            _ => Ok(None),
+        }
+    };
+    let mut batch = read_ahead(0)?;
     let mut start = 0;
     while start < num_steps {
         if stop.load(Ordering::Relaxed) {
             return Err(interrupted());
         }
         let stop_step = num_steps.min(start + per_batch);
-        let steps = deal_token_steps(plan, arrays, world_size, caps, start, stop_step)?;
+        let batch_arrays = batch.as_ref().map_or(arrays, batch_arrays);
+        let (steps, next) = parallel::install(|| {
+            rayon::join(
+                || deal_token_steps(plan, batch_arrays, world_size, caps, start, stop_step),
+                || read_ahead(stop_step),
+            )
+        })?;
+        let steps = steps?;
+        batch = next?;
         parallel::install(|| {
             ranks
                 .par_iter_mut()
