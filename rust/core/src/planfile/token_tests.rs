@@ -89,6 +89,26 @@ fn epoch_files(paths: &TokenPaths, files: &TokenFiles) -> TokenEpochFiles {
     }
 }
 
+/// Writes an epoch's files without staging, fsync or progress.
+fn write(
+    plan: &Plan,
+    arrays: TokenArraysRef<'_>,
+    world_size: u64,
+    caps: Caps,
+    paths: &TokenPaths,
+) -> crate::Result<TokenFiles> {
+    write_token_files(
+        plan,
+        arrays,
+        None,
+        world_size,
+        caps,
+        paths,
+        false,
+        &mut |_| true,
+    )
+}
+
 fn values(path: &Path) -> Vec<i64> {
     let bytes = std::fs::read(path).unwrap();
     let header = npy_header(0).len();
@@ -110,17 +130,7 @@ fn written_files_hold_every_steps_dealing_and_verify() {
     let caps = Caps::new(None, Some(300)).unwrap();
     let dir = Dir::new("roundtrip");
     let paths = dir.paths(w);
-    let files = write_token_files(
-        &plan,
-        arrays,
-        None,
-        w as u64,
-        caps,
-        &paths,
-        false,
-        &mut |_| true,
-    )
-    .unwrap();
+    let files = write(&plan, arrays, w as u64, caps, &paths).unwrap();
     // Rank by rank, the files are the steps' dealing in order.
     let mut ids = vec![Vec::new(); w];
     let mut offsets = vec![vec![0i64]; w];
@@ -173,33 +183,13 @@ fn written_files_hold_every_steps_dealing_and_verify() {
         role.remove(0);
     }
     part.steps = None;
-    let written = write_token_files(
-        &plan,
-        arrays,
-        None,
-        w as u64,
-        caps,
-        &part,
-        false,
-        &mut |_| true,
-    )
-    .unwrap();
+    let written = write(&plan, arrays, w as u64, caps, &part).unwrap();
     assert!(written.steps.is_none());
     assert_eq!(written.ids, files.ids[1..]);
     assert_eq!(written.offsets, files.offsets[1..]);
     assert_eq!(written.lengths, files.lengths[1..]);
     part.ranks = vec![2, 1];
-    assert!(write_token_files(
-        &plan,
-        arrays,
-        None,
-        w as u64,
-        caps,
-        &part,
-        false,
-        &mut |_| true
-    )
-    .is_err());
+    assert!(write(&plan, arrays, w as u64, caps, &part).is_err());
 }
 
 #[test]
@@ -221,17 +211,7 @@ fn a_sample_over_the_cap_is_the_error_of_the_first_step_holding_one() {
     };
     let dir = Dir::new("oversize");
     let caps = Caps::new(None, Some(50)).unwrap();
-    let err = write_token_files(
-        &plan,
-        arrays,
-        None,
-        4,
-        caps,
-        &dir.paths(4),
-        false,
-        &mut |_| true,
-    )
-    .unwrap_err();
+    let err = write(&plan, arrays, 4, caps, &dir.paths(4)).unwrap_err();
     assert!(
         err.to_string()
             .contains(&format!("lengths[{}] must be <= max_tokens", late[0]))
@@ -252,31 +232,11 @@ fn narrow_lengths_files_hold_the_same_values_and_verify() {
     let caps = Caps::new(None, Some(600)).unwrap();
     let wide_dir = Dir::new("narrow-wide");
     let wide = wide_dir.paths(w);
-    let wide_files = write_token_files(
-        &plan,
-        arrays,
-        None,
-        w as u64,
-        caps,
-        &wide,
-        false,
-        &mut |_| true,
-    )
-    .unwrap();
+    let wide_files = write(&plan, arrays, w as u64, caps, &wide).unwrap();
     let dir = Dir::new("narrow");
     let mut paths = dir.paths(w);
     paths.lengths_dtype = FileDtype::U16;
-    let files = write_token_files(
-        &plan,
-        arrays,
-        None,
-        w as u64,
-        caps,
-        &paths,
-        false,
-        &mut |_| true,
-    )
-    .unwrap();
+    let files = write(&plan, arrays, w as u64, caps, &paths).unwrap();
     assert_eq!(files.ids, wide_files.ids);
     assert_eq!(files.offsets, wide_files.offsets);
     for r in 0..w {
@@ -337,17 +297,7 @@ fn staged_arrays_write_and_verify_the_same_files() {
     };
     let direct_dir = Dir::new("staged-direct");
     let direct = with_loss(&direct_dir);
-    let want = write_token_files(
-        &plan,
-        arrays,
-        None,
-        w as u64,
-        caps,
-        &direct,
-        false,
-        &mut |_| true,
-    )
-    .unwrap();
+    let want = write(&plan, arrays, w as u64, caps, &direct).unwrap();
     let staged = StagedArrays::new(&plan, arrays, &std::env::temp_dir())
         .unwrap()
         .unwrap();
