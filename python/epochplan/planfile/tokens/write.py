@@ -77,10 +77,14 @@ def write_token_epoch(
     table. With ``ranks`` (a part's), those ranks' files only, and the step
     table with rank 0's. ``report(samples)`` is called as samples are
     written (every sample of the epoch is dealt, whichever ranks are
-    written). Lengths memory-mapped from a file are staged in the epoch's
-    order in an unlinked scratch file in ``tmp`` (8 bytes a sample while
-    the epoch is written), so that the process maps none of their pages
-    for long."""
+    written). For a whole plan (``ranks`` None), lengths memory-mapped from
+    a file are staged in the epoch's order in an unlinked scratch file in
+    ``tmp`` (8 bytes a sample while the epoch is written), so that the
+    process maps none of their pages for long. A part reads them by id:
+    every part deals the whole epoch, and the processes of a node share
+    the file's page cache, where staging would write 8 bytes a sample per
+    part to the plan's (often shared) storage."""
+    whole = ranks is None
     ranks = list(range(world_size)) if ranks is None else ranks
     has_table = bool(ranks) and ranks[0] == 0
 
@@ -95,7 +99,7 @@ def write_token_epoch(
         str(tmp / token_file_name(epoch, None, "steps")) if has_table else None,
         ranks=ranks,
         progress=report,
-        scratch=str(tmp),
+        scratch=str(tmp) if whole else None,
     )
     rank_files = [
         FileEntry(epoch, r, rank_file_name(epoch, r), count, nbytes, digest)
