@@ -147,7 +147,7 @@ impl TokenDealer {
         let (plan, w, caps) = (&self.plan, self.world_size, self.caps);
         let files = run_detached(py, progress, |report| {
             let staged = match &scratch {
-                Some(dir) => StagedArrays::for_mapped(plan, arrays, dir)?,
+                Some(dir) => StagedArrays::for_mapped(plan, arrays, dir, &mut *report)?,
                 None => None,
             };
             planfile::write_token_files(

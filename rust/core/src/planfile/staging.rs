@@ -21,6 +21,7 @@
 //! inverse is a search of its table).
 
 use super::tokens::TokenArraysRef;
+use super::write::{interrupted, with_progress};
 use crate::dealing::SampleLengths;
 use crate::error::{Error, Result};
 use crate::order::{Kind, Order};
@@ -31,7 +32,7 @@ use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Positions per bucket, as bits: a bucket decoded is 8 MiB.
 const BUCKET_BITS: u32 = 20;
@@ -69,20 +70,22 @@ impl Staging {
     /// in a scratch file in `dir`. None when the plan cannot be staged
     /// ([`can_stage`]) or a value is above 2^44 (such arrays are read by id
     /// as before).
+    /// `stop` set stops the pass with an "interrupted" error.
     pub fn new(
         plan: &Plan,
         values: &(dyn SampleLengths + Sync),
         name: &str,
         dir: &Path,
+        stop: &AtomicBool,
     ) -> Result<Option<Staging>> {
-        Staging::with_buckets(plan, values, name, dir, BUCKET_BITS)
+        Staging::with_buckets(plan, values, name, (dir, stop), BUCKET_BITS)
     }
 
     fn with_buckets(
         plan: &Plan,
         values: &(dyn SampleLengths + Sync),
         name: &str,
-        dir: &Path,
+        (dir, stop): (&Path, &AtomicBool),
         bucket_bits: u32,
     ) -> Result<Option<Staging>> {
         if !can_stage(plan) {
@@ -121,7 +124,7 @@ impl Staging {
                 .map(|t| {
                     let start = (t * per_thread).min(n);
                     let end = (start + per_thread).min(n);
-                    staging.route(values, name, (start, end), flush, &fill)
+                    staging.route(values, name, (start, end), flush, (&fill, stop))
                 })
                 .collect::<Vec<Result<bool>>>()
         })?
@@ -153,7 +156,7 @@ impl Staging {
         name: &str,
         (start, end): (u64, u64),
         flush: usize,
-        fill: &[AtomicU64],
+        (fill, stop): (&[AtomicU64], &AtomicBool),
     ) -> Result<bool> {
         let bits = self.bucket_bits;
         let mask = (1u64 << bits) - 1;
@@ -164,11 +167,14 @@ impl Staging {
         let mut positions = Vec::new();
         let mut at = start;
         while at < end {
-            let stop = end.min(at + RUN);
+            if stop.load(Ordering::Relaxed) {
+                return Err(interrupted());
+            }
+            let run_end = end.min(at + RUN);
             read.clear();
-            values.read_run(name, at, stop, &mut read)?;
+            values.read_run(name, at, run_end, &mut read)?;
             positions.clear();
-            positions.extend(at as i64..stop as i64);
+            positions.extend(at as i64..run_end as i64);
             self.order.invert_slice(&mut positions);
             if read.iter().any(|&v| v > MAX_VALUE) {
                 return Ok(false);
@@ -182,7 +188,7 @@ impl Staging {
                     self.flush(buffer, &fill[bucket], &mut bytes)?;
                 }
             }
-            at = stop;
+            at = run_end;
         }
         for (bucket, buffer) in buffers.iter_mut().enumerate() {
             if !buffer.is_empty() {
@@ -384,11 +390,22 @@ impl StagedArrays {
         arrays: TokenArraysRef<'_>,
         dir: &Path,
     ) -> Result<Option<StagedArrays>> {
-        let Some(lengths) = Staging::new(plan, arrays.lengths, "lengths", dir)? else {
+        StagedArrays::until(plan, arrays, dir, &AtomicBool::new(false))
+    }
+
+    /// [`StagedArrays::new`], stopped with an "interrupted" error once
+    /// `stop` is set.
+    fn until(
+        plan: &Plan,
+        arrays: TokenArraysRef<'_>,
+        dir: &Path,
+        stop: &AtomicBool,
+    ) -> Result<Option<StagedArrays>> {
+        let Some(lengths) = Staging::new(plan, arrays.lengths, "lengths", dir, stop)? else {
             return Ok(None);
         };
         let loss_tokens = match arrays.loss_tokens {
-            Some(loss) => match Staging::new(plan, loss, "loss_tokens", dir)? {
+            Some(loss) => match Staging::new(plan, loss, "loss_tokens", dir, stop)? {
                 Some(staged) => Some(staged),
                 None => return Ok(None),
             },
@@ -404,17 +421,26 @@ impl StagedArrays {
     /// [`STAGE_MIN_SAMPLES`] values, one of them a shared file mapping
     /// (arrays in memory are read by id, as fast and with nothing to
     /// save).
+    ///
+    /// `progress` is polled as the plan-file writer polls it (with 0
+    /// samples written); a `false` stops the staging with an "interrupted"
+    /// error.
     pub fn for_mapped(
         plan: &Plan,
         arrays: TokenArraysRef<'_>,
         dir: &Path,
+        progress: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<StagedArrays>> {
         let mapped =
             arrays.lengths.file_mapped() || arrays.loss_tokens.is_some_and(|l| l.file_mapped());
         if !mapped || plan.layout().num_samples() < STAGE_MIN_SAMPLES {
             return Ok(None);
         }
-        StagedArrays::new(plan, arrays, dir)
+        let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+        let stop = &stop;
+        with_progress(&done, stop, progress, move || {
+            StagedArrays::until(plan, arrays, dir, stop)
+        })
     }
 
     /// A reader of batches of steps, in increasing order.
@@ -543,7 +569,8 @@ mod tests {
             for n in [1u64, 999, 5000] {
                 let plan = plan(n, kind);
                 let values: Vec<u32> = (0..n as u32).map(|i| i * 7 % 1000 + 1).collect();
-                let staged = Staging::with_buckets(&plan, &values, "lengths", &dir, 8)
+                let stop = AtomicBool::new(false);
+                let staged = Staging::with_buckets(&plan, &values, "lengths", (&dir, &stop), 8)
                     .unwrap()
                     .unwrap();
                 let mut reader = StagedReader::new(&staged);
@@ -570,20 +597,25 @@ mod tests {
     #[test]
     fn what_cannot_be_staged_is_read_by_id() {
         let dir = std::env::temp_dir();
+        let go = AtomicBool::new(false);
         let uniform = plan(100, Kind::Uniform);
         let values = vec![1u64; 100];
-        assert!(Staging::new(&uniform, &values, "lengths", &dir)
+        assert!(Staging::new(&uniform, &values, "lengths", &dir, &go)
             .unwrap()
             .is_none());
         let huge = vec![1u64 << 50; 100];
         assert!(
-            Staging::new(&plan(100, Kind::Cipher), &huge, "lengths", &dir)
+            Staging::new(&plan(100, Kind::Cipher), &huge, "lengths", &dir, &go)
                 .unwrap()
                 .is_none()
         );
-        let staged = Staging::new(&plan(100, Kind::Cipher), &values, "lengths", &dir)
+        let staged = Staging::new(&plan(100, Kind::Cipher), &values, "lengths", &dir, &go)
             .unwrap()
             .unwrap();
+        let stopped = AtomicBool::new(true);
+        let err =
+            Staging::new(&plan(100, Kind::Cipher), &values, "lengths", &dir, &stopped).unwrap_err();
+        assert_eq!(err.to_string(), "interrupted");
         let batch = StagedReader::new(&staged).batch(10, 20).unwrap();
         assert!(batch.read_at("lengths", 15, &[0; 10], &mut vec![]).is_err());
         assert!(batch.read("lengths", &[100], &mut vec![]).is_err());
