@@ -138,6 +138,16 @@ impl TokenArrays {
         Ok(report)
     }
 
+    /// The error of the samples of `space` over `max_tokens`, with how many
+    /// and the first ids, when there are any (the report is made once a
+    /// cap, see [`TokenArrays::oversize`]).
+    pub fn refuse_oversize(&self, py: Python<'_>, max_tokens: u64, space: &Space) -> PyResult<()> {
+        match self.oversize(py, max_tokens, space)?.error() {
+            Some(err) => Err(err).py(),
+            None => Ok(()),
+        }
+    }
+
     /// The digests of `lengths` and of `loss_tokens` (None when they are
     /// the lengths): O(N) the first time, then kept.
     pub fn digests(&self, py: Python<'_>) -> PyResult<&(String, Option<String>)> {

@@ -84,9 +84,7 @@ impl TokenDealer {
         if let Some(cap) = caps.max_tokens() {
             // Every sample over the cap, before any file is written (one
             // pass over the lengths in id order, kept for the plan's life).
-            if let Some(err) = tokens.oversize(py, cap, space)?.error() {
-                return Err(err).py();
-            }
+            tokens.refuse_oversize(py, cap, space)?;
         }
         Ok(TokenDealer {
             plan: plan.plan(py)?,

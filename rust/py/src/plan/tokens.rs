@@ -36,10 +36,7 @@ impl EpochPlan {
                 if let (Some(cap), Some(arg), true) = (caps.max_tokens(), max_tokens, oversize) {
                     // Every sample over the cap, found before the first batch
                     // (one pass over the lengths, kept for the plan's life).
-                    let report = tokens.oversize(arg.py(), cap, &self.space.space)?;
-                    if let Some(err) = report.error() {
-                        return Err(err).py();
-                    }
+                    tokens.refuse_oversize(arg.py(), cap, &self.space.space)?;
                 }
                 MicroCaps::Tokens(caps)
             }
