@@ -46,7 +46,7 @@ fn main() {
         .with_packing(packing);
     let mut rng = SplitMix64(2024);
     println!("G      W    us/step   max/mean load   M");
-    for g in [256usize, 1024, 8192] {
+    for g in [256usize, 1024, 8192, 65536] {
         let steps: Vec<Vec<u64>> = (0..16).map(|_| lognormal_step(&mut rng, g)).collect();
         for w in [8u64, 64, 512] {
             // The best of several rounds over 16 steps: the machine's other

@@ -102,29 +102,36 @@ const SCANNED_BINS: usize = 64;
 pub(crate) struct FreeSpace {
     /// While scanning, each open bin's key; then a binary tree over `leaves`
     /// bins (a power of two), leaf `k` at `leaves + k`, an inner node holding
-    /// its children's maximum. A bin's key is its room plus one, 0 once it
-    /// is full by count.
-    room: Vec<u128>,
+    /// its children's maximum. A bin's key is its room plus one (u64::MAX
+    /// when that is larger: a sample's need saturates alike, so `key >=
+    /// need` still says whether it fits), 0 once it is full by count.
+    /// Without a token cap a bin's room never runs out: its key is 1 while
+    /// it takes samples, and every sample needs 1.
+    room: Vec<u64>,
     /// Samples in each open bin.
     count: Vec<u64>,
+    /// Tokens each open bin has room for, exactly (its key may be saturated).
+    left: Vec<u64>,
     /// The tree's leaves; 0 while scanning.
     leaves: usize,
     /// The key of an empty bin.
-    empty: u128,
+    empty: u64,
+    /// Whether bins are capped in tokens (else only by count), and the cap.
+    capped: bool,
+    cap: u64,
     micro_batch_size: Option<u64>,
 }
 
 impl FreeSpace {
     /// Empty bins under `caps`.
     fn reset(&mut self, caps: Caps) {
-        // Without a token cap a bin's room never runs out (lengths are u64,
-        // and a share's sum fits in u128 far below this).
-        self.empty = caps
-            .max_tokens()
-            .map_or(u128::MAX >> 1, |m| u128::from(m) + 1);
+        self.capped = caps.max_tokens().is_some();
+        self.cap = caps.max_tokens().unwrap_or(0);
+        self.empty = caps.max_tokens().map_or(1, |m| m.saturating_add(1));
         self.micro_batch_size = caps.micro_batch_size();
         self.leaves = 0;
         self.count.clear();
+        self.left.clear();
         self.room.clear();
     }
 
@@ -156,7 +163,11 @@ impl FreeSpace {
     /// Puts a sample of `length` tokens (within the token cap) into the
     /// first bin with room for it and returns that bin.
     fn place(&mut self, length: u64) -> Result<usize> {
-        let need = u128::from(length) + 1;
+        let need = if self.capped {
+            length.saturating_add(1)
+        } else {
+            1
+        };
         let (bin, slot) = if self.leaves == 0 {
             let bin = match self.room.iter().position(|&key| key >= need) {
                 Some(bin) => bin,
@@ -175,24 +186,25 @@ impl FreeSpace {
                 self.grow()?;
             }
             let mut node = 1;
+            // Branch-free: left or right is as good as random.
             while node < self.leaves {
-                node = if self.room[2 * node] >= need {
-                    2 * node
-                } else {
-                    2 * node + 1
-                };
+                node = 2 * node + usize::from(self.room[2 * node] < need);
             }
             (node - self.leaves, node)
         };
         if bin == self.opened() {
             self.count.push(0);
+            self.left.push(self.cap);
         }
         self.count[bin] += 1;
+        self.left[bin] -= if self.capped { length } else { 0 };
         let full = self.micro_batch_size.is_some_and(|b| self.count[bin] >= b);
         self.room[slot] = if full {
             0
+        } else if self.capped {
+            self.left[bin].saturating_add(1)
         } else {
-            self.room[slot] - u128::from(length)
+            1
         };
         if self.leaves > 0 {
             let mut node = slot;
@@ -252,6 +264,29 @@ mod tests {
                 let want = naive(&share, &lengths, caps);
                 first_fit_order(&mut share, &lengths, caps, &mut bins).unwrap();
                 assert_eq!(share, want, "n={n} caps={caps:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lengths_and_caps_near_u64_max_are_packed_by_the_book() {
+        let mut bins = FreeSpace::default();
+        let big = [0, 1, 2, 1 << 63, u64::MAX - 1, u64::MAX];
+        // Every sequence of four of these, under caps up to u64::MAX.
+        for code in 0..big.len().pow(4) {
+            let lengths: Vec<u64> = (0..4)
+                .map(|d| big[code / big.len().pow(d) % big.len()])
+                .collect();
+            for (b, m) in [(None, u64::MAX), (Some(2), u64::MAX), (None, u64::MAX - 1)] {
+                let caps = Caps::new(b, Some(m)).unwrap();
+                if lengths.iter().any(|&l| l > m) {
+                    continue;
+                }
+                let mut share: Vec<usize> = (0..lengths.len()).collect();
+                share.sort_by_key(|&i| (lengths[i], i));
+                let want = naive(&share, &lengths, caps);
+                first_fit_order(&mut share, &lengths, caps, &mut bins).unwrap();
+                assert_eq!(share, want, "lengths={lengths:?} caps={caps:?}");
             }
         }
     }
