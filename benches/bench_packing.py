@@ -32,7 +32,9 @@ every side. Each side packs the whole epoch for W = 8 ranks under a cap of
 Reported: packing efficiency (real tokens over micro-batches x cap; fillers
 and padding are waste), samples dropped, micro-batches over the cap,
 whether every rank has the same number of micro-batches in every step, and
-the time to pack. Then, at ``--w-n`` samples, whether the global batches
+the time to pack. Then first fit's efficiency and the bound of equal steps
+for G in {1024, 4096, 16384, 65536} on the same lengths (``steps``). Then, at
+``--w-n`` samples, whether the global batches
 (each step's set of samples, over all ranks) are identical for W in {1, 2,
 3, 7, 8, 64}; then one rank's epoch (rank 3 of 8) at ``--big`` samples.
 ``--results FILE`` writes each part's rows and the run's context (machine,
@@ -59,6 +61,7 @@ from epochplan.bench.results import Tables
 CAP = 16384
 G = 1024
 WORLDS = (1, 2, 3, 7, 8, 64)
+STEP_SIZES = (1024, 4096, 16384, 65536)
 AXOLOTL_PIN = "axolotl==0.19.0"
 
 
@@ -111,7 +114,11 @@ def load_verl() -> tuple[Any, str]:
 
 
 def ours_epoch(
-    lengths: np.ndarray[Any, Any], w: int, ranks: range | None = None, packing: str = "sorted"
+    lengths: np.ndarray[Any, Any],
+    w: int,
+    ranks: range | None = None,
+    packing: str = "sorted",
+    global_batch_size: int = G,
 ) -> dict[str, Any]:
     """epochplan's micro-batches of every rank (or ``ranks``) for one epoch."""
     from epochplan import PlanSpec, Tokens
@@ -119,7 +126,7 @@ def ours_epoch(
 
     start = time.perf_counter()
     tokens = Tokens(lengths, oversize="truncate", packing=packing)
-    spec = PlanSpec(len(lengths), G, tokens=tokens)
+    spec = PlanSpec(len(lengths), global_batch_size, tokens=tokens)
     sampler = ElasticBatchSampler(spec, None, max_tokens=CAP, rank=0, num_replicas=w)
     plan, report = sampler.plan, sampler.oversize_report
     built = time.perf_counter() - start
@@ -244,14 +251,16 @@ def same_batches(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -
     return sum(int(np.array_equal(x, y)) for x, y in zip(a, b, strict=False))
 
 
-def one_rank_seconds(lengths: np.ndarray[Any, Any], packing: str) -> tuple[float, float]:
+def one_rank_seconds(
+    lengths: np.ndarray[Any, Any], packing: str, global_batch_size: int = G
+) -> tuple[float, float]:
     """epochplan's construction (with the oversize scan) and rank 3 of 8's
     whole epoch of micro-batches, nothing else done with them."""
     from epochplan import PlanSpec, Tokens
     from epochplan.torch import ElasticBatchSampler
 
     start = time.perf_counter()
-    spec = PlanSpec(len(lengths), G, tokens=Tokens(lengths, packing=packing))
+    spec = PlanSpec(len(lengths), global_batch_size, tokens=Tokens(lengths, packing=packing))
     sampler = ElasticBatchSampler(spec, None, max_tokens=CAP, rank=3, num_replicas=8)
     built = time.perf_counter() - start
     for _ in sampler.plan.micro_batches(3, 8, max_tokens=CAP):
@@ -337,7 +346,9 @@ def main() -> None:
     parser.add_argument("--big", type=float, default=1e8, help="N of one rank's epoch")
     parser.add_argument("--verl-steps", type=int, default=200)
     parser.add_argument(
-        "--part", choices=("all", "packing", "worlds", "one-rank", "schedule"), default="all"
+        "--part",
+        choices=("all", "packing", "steps", "worlds", "one-rank", "schedule"),
+        default="all",
     )
     parser.add_argument("--tiny", action="store_true", help="small sizes (the test's)")
     parser.add_argument("--json", type=Path, default=None)
@@ -349,8 +360,9 @@ def main() -> None:
     if opts.tiny:
         opts.n, opts.w_n, opts.big, opts.verl_steps = 2e5, 5e4, 4e5, 5
     n, w_n, big = int(opts.n), int(opts.w_n), int(opts.big)
-    parts = {opts.part} if opts.part != "all" else {"packing", "worlds", "one-rank", "schedule"}
-    peers = parts != {"schedule"}  # the schedule part needs neither
+    every = {"packing", "steps", "worlds", "one-rank", "schedule"}
+    parts = {opts.part} if opts.part != "all" else every
+    peers = bool(parts - {"schedule", "steps"})  # those two need neither
     axolotl, axolotl_info = load_axolotl() if peers else (None, "not needed")
     verl, verl_info = load_verl() if peers else (None, "not needed")
     report: dict[str, Any] = {"n": n, "cap": CAP, "G": G, "axolotl": axolotl_info}
@@ -360,6 +372,8 @@ def main() -> None:
         axolotl_epoch(axolotl, lognormal_lengths(1000, 9), 2)
     if "packing" in parts:
         packing_part(axolotl, verl, n, opts.verl_steps, report)
+    if "steps" in parts:
+        report["steps"] = steps_part(n, tiny=opts.tiny)
     if "worlds" in parts:
         worlds_part(axolotl, w_n, report)
     if "one-rank" in parts:
@@ -367,6 +381,11 @@ def main() -> None:
         built, seconds = one_rank_seconds(huge, "sorted")
         report["one_rank"] = {"n": big, "epochplan_seconds": seconds, "construction": built}
         report["one_rank"]["first_fit_seconds"] = one_rank_seconds(huge, "first_fit")[1]
+        largest = STEP_SIZES[-1]
+        report["one_rank"]["largest_global_batch_size"] = largest
+        report["one_rank"]["first_fit_largest_seconds"] = one_rank_seconds(
+            huge, "first_fit", largest
+        )[1]
         if axolotl is not None:
             theirs = axolotl_epoch(axolotl, huge, 8, ranks=range(3, 4))
             report["one_rank"]["axolotl_seconds"] = theirs["seconds"]
@@ -413,6 +432,8 @@ def add_tables(report: dict[str, Any], results: Tables) -> None:
         if uncut is not None:
             results.add("uncut", {"n": w_n, "axolotl_bins_over_cap": uncut[0],
                                   "samples_over_cap": uncut[1]})  # fmt: skip
+    for row in report.get("steps", []):
+        results.add("steps", row)
     if "one_rank" in report:
         results.add("one_rank", dict(report["one_rank"]))
     if "schedule" in report:
@@ -447,6 +468,23 @@ def packing_part(
     if verl is not None:
         report["verl_run"] = verl_steps(verl, cut, 8, num_verl_steps)
         print("verl", report["verl_run"], flush=True)
+
+
+def steps_part(n: int, tiny: bool) -> list[dict[str, Any]]:
+    """First fit's efficiency and the bound of equal steps, by global batch
+    size: a step of more samples ends fewer rows partly filled per token."""
+    lengths = np.minimum(lognormal_lengths(n), CAP)
+    rows = []
+    for g in STEP_SIZES[:2] if tiny else STEP_SIZES:
+        mine = ours_epoch(lengths, 8, packing="first_fit", global_batch_size=g)
+        steps = len(mine["global_batches"])
+        row = {"n": n, "W": 8, "global_batch_size": g, "steps": steps}
+        row["tokens_per_step"] = int(lengths.sum()) / steps
+        row.update({k: mine[k] for k in ("efficiency", "step_bound", "micro_batches")})
+        row.update({k: mine[k] for k in ("dropped", "repeated", "over_cap", "equal_counts")})
+        rows.append(row)
+        print("steps", row, flush=True)
+    return rows
 
 
 def worlds_part(axolotl: Any, w_n: int, report: dict[str, Any]) -> None:

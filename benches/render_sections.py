@@ -321,6 +321,31 @@ def packing_block(t: Tables) -> str:
         header = ["", "epochplan, sorted", "epochplan, first fit", "axolotl", "verl"]
         lines += _table(header, "lllll", rows)
         notes += [f"-: {s['skipped']}." for s in (axo, verl) if "skipped" in s]
+    if "steps" in t.tables:
+        by_size = t.tables["steps"]
+        clean = all(
+            r["dropped"] == r["repeated"] == r["over_cap"] == 0 and r["equal_counts"]
+            for r in by_size
+        )
+        lines += [
+            "",
+            f"First fit by global batch size (the same {size_text(by_size[0]['n'])} lengths "
+            "cut to the cap, W = 8): the larger the step, the fewer partly filled rows a "
+            "token. "
+            + (
+                "At every size no sample is dropped or repeated, no micro-batch is over the "
+                "cap, and every rank has the same count in every step:"
+                if clean
+                else "Some size dropped, repeated or overfilled (see the results file):"
+            ),
+            "",
+        ]
+        rows = [[f"{r['global_batch_size']:,}", f"{r['tokens_per_step'] / 1e6:,.1f} M",
+                 f"{r['micro_batches'] / (8 * r['steps']):,.1f}", f"{r['step_bound']:.4f}",
+                 f"{r['efficiency']:.4f}"] for r in by_size]  # fmt: skip
+        header = ["G", "tokens a step", "micro-batches a rank a step", "bound of equal steps",
+                  "first fit"]  # fmt: skip
+        lines += _table(header, "rrrrr", rows)
     if "worlds" in t.tables:
         worlds = t.tables["worlds"]
         lines += [
@@ -358,7 +383,10 @@ def packing_block(t: Tables) -> str:
         header = ["N", "epochplan, sorted (s)", "first fit (s)", "construction (s)", "axolotl (s)"]
         row = [size_text(r["n"]), f"{r['epochplan_seconds']:.2f}",
                f"{r['first_fit_seconds']:.2f}", f"{r['construction']:.2f}", axo]  # fmt: skip
-        lines += _table(header, "rrrrr", [row])
+        if "first_fit_largest_seconds" in r:
+            header.insert(3, f"first fit, G = {r['largest_global_batch_size']:,} (s)")
+            row.insert(3, f"{r['first_fit_largest_seconds']:.2f}")
+        lines += _table(header, "r" * len(header), [row])
     if "schedule" in t.tables:
         rows_s = t.tables["schedule"]
         first = rows_s[0]

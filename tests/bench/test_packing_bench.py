@@ -34,3 +34,17 @@ def test_the_simulated_blend_gives_megatrons_shares() -> None:
     assert megatron_blend_counts([2, 1], 9) == [6, 3]
     assert megatron_blend_counts([1, 3], 10) in ([3, 7], [2, 8])
     assert sum(megatron_blend_counts([0.2, 0.3, 0.5], 101)) == 101
+
+
+def test_the_steps_part_fills_more_with_larger_steps(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    bench = ROOT / "benches" / "bench_packing.py"
+    cmd = [sys.executable, str(bench), "--tiny", "--part", "steps", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    rows = json.loads(out.read_text())["steps"]
+    assert [r["global_batch_size"] for r in rows] == [1024, 4096]
+    for r in rows:
+        assert r["dropped"] == r["repeated"] == r["over_cap"] == 0 and r["equal_counts"]
+        assert 0 < r["efficiency"] <= r["step_bound"] <= 1
+    assert rows[1]["step_bound"] > rows[0]["step_bound"]
+    assert rows[1]["efficiency"] > rows[0]["efficiency"]
