@@ -1,7 +1,8 @@
-"""benches/bench_packing.py runs (its schedule part, at the tiny sizes): a
-phased Mixture loses and repeats no sample over three phases, where the
-simulation of Megatron's rebuild on each weight change loses and repeats
-some; the blending rule it simulates gives exact shares."""
+"""benches/bench_packing.py runs (its schedule and steps parts, at the tiny
+sizes): a phased Mixture loses and repeats no sample over three phases,
+where the simulation of Megatron's rebuild on each weight change loses and
+repeats some; the blending rule it simulates gives exact shares; first fit
+stays under the bound of equal steps and fills more with larger steps."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_schedule_part_runs_and_compares(tmp_path: Path) -> None:
+def run_part(part: str, tmp_path: Path) -> Any:
+    """The report of one part of the benchmark at the tiny sizes."""
     out = tmp_path / "r.json"
     bench = ROOT / "benches" / "bench_packing.py"
-    cmd = [sys.executable, str(bench), "--tiny", "--part", "schedule", "--json", str(out)]
+    cmd = [sys.executable, str(bench), "--tiny", "--part", part, "--json", str(out)]
     subprocess.run(cmd, check=True, capture_output=True)
-    result = json.loads(out.read_text())["schedule"]
+    return json.loads(out.read_text())[part]
+
+
+def test_the_schedule_part_runs_and_compares(tmp_path: Path) -> None:
+    result = run_part("schedule", tmp_path)
     assert result["epochplan"] == {"lost": 0, "repeated": 0}
     assert result["megatron_rebuild"]["lost"] > 0
     assert result["megatron_rebuild"]["repeated"] > 0
@@ -37,11 +44,7 @@ def test_the_simulated_blend_gives_megatrons_shares() -> None:
 
 
 def test_the_steps_part_fills_more_with_larger_steps(tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    bench = ROOT / "benches" / "bench_packing.py"
-    cmd = [sys.executable, str(bench), "--tiny", "--part", "steps", "--json", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    rows = json.loads(out.read_text())["steps"]
+    rows = run_part("steps", tmp_path)
     assert [r["global_batch_size"] for r in rows] == [1024, 4096]
     for r in rows:
         assert r["dropped"] == r["repeated"] == r["over_cap"] == 0 and r["equal_counts"]
