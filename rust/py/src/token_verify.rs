@@ -96,6 +96,12 @@ fn verify_token_epoch(
             "loss_tokens must be given with lengths when the plan has loss tokens",
         ));
     }
+    if loss_files.is_none() && has_loss == Some(true) {
+        return Err(PyValueError::new_err(
+            "loss_tokens were given, but the plan was written without them: verify it \
+             with its lengths alone",
+        ));
+    }
     let (lengths_dtype, loss_dtype) = file_dtypes;
     let i64 = FileDtype::I64;
     let files = TokenEpochFiles {

@@ -12,9 +12,11 @@
 //! inverse, and appends `(position, value)` to the bucket of its position
 //! range in an unlinked scratch file (gone when it is closed, a crash
 //! included). A batch of steps then reads its buckets back in position
-//! order ([`StagedReader`]). Memory: the buckets' write buffers and a few
-//! decoded buckets, whatever `N`; cost: 8 bytes a sample written and read
-//! once, through the page cache.
+//! order ([`StagedReader`]). Memory: the buckets' write buffers (at most
+//! 128 MiB up to `N` of about 2^36, then 2 KiB a bucket) and the decoded
+//! buckets of two batches of steps (8 MiB each; a batch covers one or two
+//! buckets unless a step is longer than a bucket); cost: 8 bytes a sample
+//! written and read once, through the page cache.
 //!
 //! Only a plan over `0..N` is staged (a selection's or a mixture's ids do
 //! not map one to one onto the store's), and not a uniform order (its
@@ -31,14 +33,15 @@ use crate::space::Space;
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Positions per bucket, as bits: a bucket decoded is 8 MiB.
 const BUCKET_BITS: u32 = 20;
 /// Entries a bucket's buffer holds before it is written: at most 32 KiB,
 /// at least 2 KiB, and all the buffers of all the threads at most
-/// [`BUFFERS_BYTES`] (fewer threads route when there are many buckets).
+/// [`BUFFERS_BYTES`] (fewer threads route when there are many buckets)
+/// while 2 KiB a bucket fits in it: to about 2^36 samples.
 const FLUSH: (usize, usize) = (256, 4096);
 /// The most memory the buckets' buffers take, over all threads.
 const BUFFERS_BYTES: usize = 128 << 20;
@@ -54,6 +57,8 @@ const MAX_VALUE: u64 = (1 << (64 - BUCKET_BITS)) - 1;
 #[derive(Debug)]
 pub struct Staging {
     file: File,
+    /// The scratch file's directory, named by its I/O errors.
+    dir: PathBuf,
     order: Order,
     num_samples: u64,
     bucket_bits: u32,
@@ -68,8 +73,8 @@ pub fn can_stage(plan: &Plan) -> bool {
 impl Staging {
     /// Stages `values` (one per sample of `plan`'s store, read as `name`)
     /// in a scratch file in `dir`. None when the plan cannot be staged
-    /// ([`can_stage`]) or a value is above 2^44 (such arrays are read by id
-    /// as before).
+    /// ([`can_stage`]) or a value is 2^44 or more (such arrays are read by
+    /// id as before).
     /// `stop` set stops the pass with an "interrupted" error.
     pub fn new(
         plan: &Plan,
@@ -101,6 +106,7 @@ impl Staging {
         let file = scratch_file(dir)?;
         let staging = Staging {
             file,
+            dir: dir.to_path_buf(),
             order: plan.order().clone(),
             num_samples: n,
             bucket_bits,
@@ -118,19 +124,23 @@ impl Staging {
         let flush = per_bucket(threads).clamp(FLUSH.0, FLUSH.1);
         let threads = threads as u64;
         let per_thread = n.div_ceil(threads).max(1);
+        // Set by the first thread to meet a value too large to stage: the
+        // others stop too, since the arrays will be read by id instead.
+        let too_large = AtomicBool::new(false);
         let fits = parallel::install(|| {
             (0..threads)
                 .into_par_iter()
                 .map(|t| {
                     let start = (t * per_thread).min(n);
                     let end = (start + per_thread).min(n);
-                    staging.route(values, name, (start, end), flush, (&fill, stop))
+                    let flags = (stop, &too_large);
+                    staging.route(values, name, (start, end), flush, (&fill, flags))
                 })
                 .collect::<Vec<Result<bool>>>()
         })?
         .into_iter()
         .collect::<Result<Vec<bool>>>()?;
-        if fits.contains(&false) {
+        if fits.contains(&false) || too_large.load(Ordering::Relaxed) {
             return Ok(None);
         }
         for (b, filled) in fill.iter().enumerate() {
@@ -149,14 +159,14 @@ impl Staging {
 
     /// Routes the values of ids `[start, end)` to their positions' buckets,
     /// each written `flush` entries at a time; false when one is above
-    /// [`MAX_VALUE`].
+    /// [`MAX_VALUE`] (then `too_large` is set) or another thread met one.
     fn route(
         &self,
         values: &(dyn SampleLengths + Sync),
         name: &str,
         (start, end): (u64, u64),
         flush: usize,
-        (fill, stop): (&[AtomicU64], &AtomicBool),
+        (fill, (stop, too_large)): (&[AtomicU64], (&AtomicBool, &AtomicBool)),
     ) -> Result<bool> {
         let bits = self.bucket_bits;
         let mask = (1u64 << bits) - 1;
@@ -170,6 +180,9 @@ impl Staging {
             if stop.load(Ordering::Relaxed) {
                 return Err(interrupted());
             }
+            if too_large.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
             let run_end = end.min(at + RUN);
             read.clear();
             values.read_run(name, at, run_end, &mut read)?;
@@ -177,6 +190,7 @@ impl Staging {
             positions.extend(at as i64..run_end as i64);
             self.order.invert_slice(&mut positions);
             if read.iter().any(|&v| v > MAX_VALUE) {
+                too_large.store(true, Ordering::Relaxed);
                 return Ok(false);
             }
             for (&p, &v) in positions.iter().zip(&read) {
@@ -205,7 +219,7 @@ impl Staging {
         for (to, e) in bytes.chunks_exact_mut(8).zip(buffer.iter()) {
             to.copy_from_slice(&e.to_le_bytes());
         }
-        write_at(&self.file, bytes, at * 8)?;
+        write_at(&self.file, bytes, at * 8).map_err(|e| self.io_error("cannot write", &e))?;
         buffer.clear();
         Ok(())
     }
@@ -216,18 +230,49 @@ impl Staging {
         let first = b << self.bucket_bits;
         let len = (self.num_samples - first).min(1 << self.bucket_bits) as usize;
         bytes.resize(len * 8, 0);
-        read_at(&self.file, bytes, first * 8)?;
+        read_at(&self.file, bytes, first * 8).map_err(|e| self.io_error("cannot read", &e))?;
         let mask = (1u64 << self.bucket_bits) - 1;
+        // Every position gets exactly one entry: an unwritten slot (a write
+        // lost after it was reported done) keeps the mark, which no value
+        // staged can equal.
+        const UNSET: u64 = u64::MAX;
         values.clear();
-        values.resize(len, 0);
+        values.resize(len, UNSET);
+        let mut twice = false;
         for entry in bytes.chunks_exact(8) {
             let e = u64::from_le_bytes(entry.try_into().unwrap_or([0; 8]));
             let slot = values
                 .get_mut((e & mask) as usize)
-                .ok_or_else(|| Error::Value("a staged entry lies outside its bucket".into()))?;
+                .ok_or_else(|| self.corrupt(first + (e & mask), "lies outside its bucket"))?;
+            twice |= *slot != UNSET;
             *slot = e >> self.bucket_bits;
         }
+        if twice {
+            return Err(self.corrupt(first, "holds a position twice"));
+        }
+        if let Some(k) = values.iter().position(|&v| v == UNSET) {
+            return Err(self.corrupt(first + k as u64, "is missing"));
+        }
         Ok(())
+    }
+
+    /// The error of an I/O failure on the scratch file.
+    fn io_error(&self, action: &str, err: &std::io::Error) -> Error {
+        let action = format!(
+            "{action} the lengths staged in this directory (8 bytes a sample, {} bytes)",
+            8 * self.num_samples
+        );
+        Error::io(&self.dir, &action, err)
+    }
+
+    /// The error of a staged bucket read back wrong (storage that lost or
+    /// changed a write): `what` of the entry of `position`.
+    fn corrupt(&self, position: u64, what: &str) -> Error {
+        Error::Value(format!(
+            "the lengths staged in {} were read back wrong: the entry of position \
+             {position} {what}; the storage lost a write",
+            self.dir.display()
+        ))
     }
 }
 
@@ -433,7 +478,8 @@ impl StagedArrays {
     ) -> Result<Option<StagedArrays>> {
         let mapped =
             arrays.lengths.file_mapped() || arrays.loss_tokens.is_some_and(|l| l.file_mapped());
-        if !mapped || plan.layout().num_samples() < STAGE_MIN_SAMPLES {
+        let layout = plan.layout();
+        if !mapped || layout.num_samples() < STAGE_MIN_SAMPLES || layout.num_steps() == 0 {
             return Ok(None);
         }
         let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
@@ -505,41 +551,35 @@ fn scratch_file(dir: &Path) -> Result<File> {
 }
 
 #[cfg(unix)]
-fn write_at(file: &File, bytes: &[u8], offset: u64) -> Result<()> {
+fn write_at(file: &File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     file.write_all_at(bytes, offset)
-        .map_err(|e| Error::Value(format!("cannot write the staging file: {e}")))
 }
 
 #[cfg(unix)]
-fn read_at(file: &File, bytes: &mut [u8], offset: u64) -> Result<()> {
+fn read_at(file: &File, bytes: &mut [u8], offset: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     file.read_exact_at(bytes, offset)
-        .map_err(|e| Error::Value(format!("cannot read the staging file: {e}")))
 }
 
 #[cfg(not(unix))]
-fn write_at(file: &File, bytes: &[u8], offset: u64) -> Result<()> {
+fn write_at(file: &File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
     use std::os::windows::fs::FileExt;
     let mut done = 0;
     while done < bytes.len() {
-        done += file
-            .seek_write(&bytes[done..], offset + done as u64)
-            .map_err(|e| Error::Value(format!("cannot write the staging file: {e}")))?;
+        done += file.seek_write(&bytes[done..], offset + done as u64)?;
     }
     Ok(())
 }
 
 #[cfg(not(unix))]
-fn read_at(file: &File, bytes: &mut [u8], offset: u64) -> Result<()> {
+fn read_at(file: &File, bytes: &mut [u8], offset: u64) -> std::io::Result<()> {
     use std::os::windows::fs::FileExt;
     let mut done = 0;
     while done < bytes.len() {
-        let got = file
-            .seek_read(&mut bytes[done..], offset + done as u64)
-            .map_err(|e| Error::Value(format!("cannot read the staging file: {e}")))?;
+        let got = file.seek_read(&mut bytes[done..], offset + done as u64)?;
         if got == 0 {
-            return Err(Error::Value("the staging file ended early".into()));
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         done += got;
     }
@@ -619,5 +659,36 @@ mod tests {
         let batch = StagedReader::new(&staged).batch(10, 20).unwrap();
         assert!(batch.read_at("lengths", 15, &[0; 10], &mut vec![]).is_err());
         assert!(batch.read("lengths", &[100], &mut vec![]).is_err());
+    }
+
+    #[test]
+    fn a_bucket_read_back_wrong_is_an_error_naming_the_position() {
+        let dir = std::env::temp_dir();
+        let go = AtomicBool::new(false);
+        let values: Vec<u32> = (1..=1000).collect();
+        let staged = |plan: &Plan| {
+            Staging::with_buckets(plan, &values, "lengths", (&dir, &go), 8)
+                .unwrap()
+                .unwrap()
+        };
+        let plan = plan(1000, Kind::Cipher);
+        let (mut bytes, mut decoded) = (vec![], vec![]);
+        // A lost write reads back as zeros: the entry of position 0 twice,
+        // another position's missing.
+        let lost = staged(&plan);
+        write_at(&lost.file, &[0; 8], 8 * 300).unwrap();
+        let err = lost.decode(1, &mut bytes, &mut decoded).unwrap_err();
+        assert!(err.to_string().contains("twice"), "{err}");
+        // An entry whose offset lies past the last bucket's end.
+        let outside = staged(&plan);
+        let last = (1000u64 >> 8) << 8;
+        write_at(&outside.file, &255u64.to_le_bytes(), 8 * last).unwrap();
+        let err = outside.decode(3, &mut bytes, &mut decoded).unwrap_err();
+        assert!(err.to_string().contains("outside its bucket"), "{err}");
+        // The intact ones decode.
+        let intact = staged(&plan);
+        for b in 0..4 {
+            intact.decode(b, &mut bytes, &mut decoded).unwrap();
+        }
     }
 }

@@ -361,8 +361,10 @@ impl TokenCheck<'_> {
 /// for the lengths and for the loss tokens. An epoch's stored values (each
 /// id once) sum as the arrays' do when every stored value is the array's;
 /// one value that differs always changes the sum (a lane's term is a
-/// bijection of the value for a given id), several cancel out with a
-/// chance of about 2^-128.
+/// bijection of the value for a given id), several that differ by
+/// accident cancel out with a chance of about 2^-128. (The keys are
+/// constants: this checks against corruption, not against changes made to
+/// cancel out.)
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct PairSums {
     lengths: [u64; 2],
@@ -419,7 +421,8 @@ impl PairSums {
     /// `N`, but those of a short last step `drop_last` drops), as the plan
     /// reads them: one pass in id order on every core, a memory-mapped
     /// file's pages given back behind it.
-    fn of_arrays(arrays: TokenArraysRef<'_>, plan: &Plan) -> Result<PairSums> {
+    /// `stop` set stops the pass within a run with an "interrupted" error.
+    fn of_arrays(arrays: TokenArraysRef<'_>, plan: &Plan, stop: &AtomicBool) -> Result<PairSums> {
         const RUN: u64 = 1 << 20;
         let layout = plan.layout();
         let n = layout.num_samples();
@@ -432,6 +435,9 @@ impl PairSums {
             (0..runs)
                 .into_par_iter()
                 .map(|r| {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(interrupted());
+                    }
                     let (start, end) = (r * RUN, n.min((r + 1) * RUN));
                     let mut sums = PairSums::default();
                     let mut values = Vec::with_capacity((end - start) as usize);
@@ -711,12 +717,15 @@ fn verify_epoch(
     let Some(arrays) = arrays.filter(|_| by_values) else {
         return Ok(None);
     };
-    if stored_sums == PairSums::of_arrays(arrays, check.plan)? {
+    if stored_sums == PairSums::of_arrays(arrays, check.plan, stop)? {
         return Ok(None);
     }
     // Some stored value is not the arrays': found (and named) by id.
     let mut start = 0;
     while start < num_steps {
+        if stop.load(Ordering::Relaxed) {
+            return Err(interrupted());
+        }
         let end = num_steps.min(start + per_batch);
         let stored = read_batch(files, w, start, end)?;
         for (k, s) in stored.iter().enumerate() {
@@ -874,7 +883,10 @@ mod tests {
             lengths: &lengths.as_slice(),
             loss_tokens: None,
         };
-        assert_eq!(PairSums::of_arrays(arrays, &plan).unwrap(), sums);
+        assert_eq!(
+            PairSums::of_arrays(arrays, &plan, &AtomicBool::new(false)).unwrap(),
+            sums
+        );
         for k in [0usize, 499, 999] {
             for delta in [1i64, -1, 1 << 40] {
                 let mut changed = values.clone();
