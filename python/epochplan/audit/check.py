@@ -14,10 +14,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,8 +25,6 @@ import epochplan._native as _native
 from epochplan._native import EpochPlan, Mixture, MixtureEpoch, Selection
 from epochplan._space_spec import store_size
 from epochplan.audit.log import gather_log_ids, log_headers, scan_log
-
-_T = TypeVar("_T")
 
 __all__ = ["AuditReport", "Sighting", "Violation", "audit"]
 
@@ -152,10 +149,10 @@ def audit(
         _tally_by_step(plans, logs, start, end, report, limit)
         return report
     tally = _Tally(plans, report, limit)
-    report.rolled_back += sum(_rolled_back(log) for log in logs)
-    batches = ((log, batch) for log in logs for batch in _kept_batches(log, tally.BATCH_IDS))
-    for log, batch in _read_ahead(batches):
-        tally.consume(log, batch)
+    for log in logs:
+        report.rolled_back += _rolled_back(log)
+        for batch in _kept_batches(log, tally.BATCH_IDS):
+            tally.consume(log, batch)
     duplicates = tally.duplicates
     _find_missing(plans, tally, start, end, report, limit)
     if duplicates:
@@ -169,10 +166,8 @@ def _scan(directory: Path) -> tuple[list[_Log], list[str]]:
     if not paths:
         raise ValueError(f"{directory}: no consumption logs (*.eplog)")
     logs, torn = [], []
-    # The core reads each log with the GIL released: on the pool's cores at once.
-    with ThreadPoolExecutor(max_workers=min(len(paths), _native.get_num_threads())) as pool:
-        scanned = list(pool.map(scan_log, paths))
-    for path, records in zip(paths, scanned, strict=True):
+    for path in paths:
+        records = scan_log(path)
         if records["torn"] is not None:
             torn.append(f"{path}: {records['torn']}")
         kinds = records["kinds"]
@@ -194,16 +189,6 @@ def _scan(directory: Path) -> tuple[list[_Log], list[str]]:
     if not logs:
         raise ValueError(f"{directory}: no consumption log holds its header: {torn[0]}")
     return logs, torn
-
-
-def _read_ahead(items: Iterator[_T]) -> Iterator[_T]:
-    """``items``, each next one read on another thread while the caller
-    works on the current one (the core reads logs with the GIL released)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(next, items, None)
-        while (item := ahead.result()) is not None:
-            ahead = pool.submit(next, items, None)
-            yield item
 
 
 def _step_records(log: _Log) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
