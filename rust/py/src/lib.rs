@@ -2,11 +2,15 @@
 //! around every long computation, and int64 arrays handed to numpy without a
 //! copy. Nothing here computes an order or a plan itself.
 //!
-//! Unsafe code is denied, with two exceptions, documented where they are:
+//! Unsafe code is denied, with four exceptions, documented where they are:
 //! `space::selection::NumpyIds` reads the ids of a numpy array it keeps
 //! alive, so that `Selection.from_indices` takes a large id array without a
 //! copy; `mapped::map_ids` maps a rank file and hands numpy an array over the
-//! mapping, so that a mapped rank file holds no file descriptor.
+//! mapping, so that a mapped rank file holds no file descriptor; `audit`
+//! maps a consumption log to read it; `reserve::WithReserve`, the
+//! allocator, serves a small allocation the system refuses from a static
+//! reserve, so that an out-of-memory error reaches Python instead of
+//! aborting the process.
 #![deny(unsafe_code)]
 
 mod args;
@@ -19,6 +23,7 @@ mod megatron;
 mod permutation;
 mod plan;
 mod planfile;
+mod reserve;
 mod space;
 mod spec;
 mod split;
@@ -31,6 +36,9 @@ mod token_slices;
 mod token_verify;
 
 use pyo3::prelude::*;
+
+#[global_allocator]
+static ALLOCATOR: reserve::WithReserve = reserve::WithReserve;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
