@@ -667,11 +667,7 @@ fn verify_epoch(
     let mut stored_sums = PairSums::default();
     let mut start = 0;
     while start < num_steps {
-        if stop.load(Ordering::Relaxed) {
-            return Err(interrupted());
-        }
-        let end = num_steps.min(start + per_batch);
-        let stored = read_batch(files, w, start, end)?;
+        let (end, stored) = next_batch(files, w, (start, per_batch, num_steps), stop)?;
         // The stored values by position, when they cover the batch: the
         // dealing is recomputed from them, and they are tied to the arrays
         // by the epoch's pair sums below (the arrays are not read by id).
@@ -723,11 +719,7 @@ fn verify_epoch(
     // Some stored value is not the arrays': found (and named) by id.
     let mut start = 0;
     while start < num_steps {
-        if stop.load(Ordering::Relaxed) {
-            return Err(interrupted());
-        }
-        let end = num_steps.min(start + per_batch);
-        let stored = read_batch(files, w, start, end)?;
+        let (end, stored) = next_batch(files, w, (start, per_batch, num_steps), stop)?;
         for (k, s) in stored.iter().enumerate() {
             if let Err(error) = check.compare(start + k as u64, s, arrays) {
                 return Ok(Some(error));
@@ -796,6 +788,22 @@ fn dealing_mismatch(
 }
 
 /// Steps `[start, end)` as stored: the table rows and every rank's shares.
+/// The end of the batch of steps from `start` (at most `per_batch` steps,
+/// none past `num_steps`) and its stored steps; an "interrupted" error once
+/// `stop` is set.
+fn next_batch(
+    files: &TokenEpochFiles,
+    w: usize,
+    (start, per_batch, num_steps): (u64, u64, u64),
+    stop: &AtomicBool,
+) -> Result<(u64, Vec<Stored>)> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(interrupted());
+    }
+    let end = num_steps.min(start + per_batch);
+    Ok((end, read_batch(files, w, start, end)?))
+}
+
 fn read_batch(files: &TokenEpochFiles, w: usize, start: u64, end: u64) -> Result<Vec<Stored>> {
     let n = (end - start) as usize;
     let table = read_values(
