@@ -411,6 +411,7 @@ def add_tables(report: dict[str, Any], results: Tables) -> None:
         sides = (
             ("epochplan", report["epochplan"], ""),
             ("epochplan_first_fit", report["epochplan_first_fit"], ""),
+            ("epochplan_first_fit_large", report["epochplan_first_fit_large"], ""),
             ("axolotl", report.get("axolotl_run"), report["axolotl"]),
             ("verl", report.get("verl_run"), report["verl"]),
         )
@@ -452,8 +453,14 @@ def packing_part(
     lengths = lognormal_lengths(n)
     report["over_cap_samples"] = int((lengths > CAP).sum())
     print(f"N={n:,} W=8 cap={CAP}: {report['over_cap_samples']} samples over the cap")
-    for key, packing in (("epochplan", "sorted"), ("epochplan_first_fit", "first_fit")):
-        mine = ours_epoch(lengths, 8, packing=packing)
+    sides = (
+        ("epochplan", "sorted", G),
+        ("epochplan_first_fit", "first_fit", G),
+        ("epochplan_first_fit_large", "first_fit", STEP_SIZES[-1]),
+    )
+    for key, packing, g in sides:
+        mine = ours_epoch(lengths, 8, packing=packing, global_batch_size=g)
+        mine["global_batch_size"] = g
         mine.pop("global_batches")
         report[key] = mine
         print(key, mine, flush=True)

@@ -270,6 +270,9 @@ def packing_block(t: Tables) -> str:
         sides = {r["side"]: r for r in t.tables["packing"]}
         ours, axo, verl = sides["epochplan"], sides["axolotl"], sides["verl"]
         packed = sides["epochplan_first_fit"]
+        # Runs before the larger step was measured have two epochplan columns.
+        large = sides.get("epochplan_first_fit_large")
+        mine = [ours, packed] if large is None else [ours, packed, large]
         uncut = t.tables.get("uncut", [])
         lines += [
             f"{size_text(p['n'])} lognormal lengths ({ours['over_cap_samples']:,} over the "
@@ -296,30 +299,32 @@ def packing_block(t: Tables) -> str:
             else ""
         )
 
-        def both(text: Callable[[dict[str, Any]], str]) -> list[str]:
-            return [cell(ours, text), cell(packed, text)]
+        def ours_cells(text: Callable[[dict[str, Any]], str]) -> list[str]:
+            return [cell(side, text) for side in mine]
 
         rows = [
-            ["packing efficiency", *both(lambda s: f"{s['efficiency']:.3f}"),
-             cell(axo, lambda s: f"{s['efficiency']:.3f}"),
-             cell(verl, lambda s: f"{s['efficiency']:.3f}")],
-            ["samples dropped", *both(lambda s: f"{s['dropped']:,} ({s['truncated']:,} "
+            ["packing efficiency", *ours_cells(lambda s: f"{s['efficiency']:.4f}"),
+             cell(axo, lambda s: f"{s['efficiency']:.4f}"),
+             cell(verl, lambda s: f"{s['efficiency']:.4f}")],
+            ["samples dropped", *ours_cells(lambda s: f"{s['dropped']:,} ({s['truncated']:,} "
                                       "truncated, reported)"),
              cell(axo, lambda s: f"{s['dropped']:,}"), cell(verl, lambda s: "0")],
-            ["micro-batches over the cap", *both(lambda s: f"{s['over_cap']:,}"),
+            ["micro-batches over the cap", *ours_cells(lambda s: f"{s['over_cap']:,}"),
              cell(axo, lambda s: f"{s['over_cap']:,}{uncut_note}"),
              cell(verl, lambda s: f"{s['over_cap']:,}")],
             ["equal micro-batch counts on ranks",
-             *both(lambda s: "every step" if s["equal_counts"] else "no"),
+             *ours_cells(lambda s: "every step" if s["equal_counts"] else "no"),
              cell(axo, lambda s: "yes" if s["batches_per_rank"][0] == s["batches_per_rank"][1]
                   else f"cut to the fewest, {s['batches_per_rank'][0]:,} a rank"),
              cell(verl, lambda s: f"{s['unequal_steps']} of {s['steps']} steps differ")],
-            ["time to pack, all 8 ranks", *both(lambda s: f"{s['seconds']:.1f} s"),
+            ["time to pack, all 8 ranks", *ours_cells(lambda s: f"{s['seconds']:.1f} s"),
              cell(axo, lambda s: f"{s['seconds']:.1f} s"),
              cell(verl, lambda s: f"{s['seconds_per_step']:.2f} s a step")],
         ]  # fmt: skip
         header = ["", "epochplan, sorted", "epochplan, first fit", "axolotl", "verl"]
-        lines += _table(header, "lllll", rows)
+        if large is not None:
+            header.insert(3, f"epochplan, first fit, G = {large['global_batch_size']:,}")
+        lines += _table(header, "l" * len(header), rows)
         notes += [f"-: {s['skipped']}." for s in (axo, verl) if "skipped" in s]
     if "steps" in t.tables:
         by_size = t.tables["steps"]

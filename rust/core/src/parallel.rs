@@ -138,6 +138,23 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R> {
     Ok(pool()?.install(f))
 }
 
+/// The result of a job started by [`spawn`]; a panic in the job arrives as
+/// an error.
+pub type Spawned<R> = std::sync::mpsc::Receiver<std::thread::Result<R>>;
+
+/// Starts `f` on the pool and returns at once; the receiver gets its result.
+/// An error when no thread can be started. A job keeps the pool's threads
+/// alive until it ends, even when the thread count changes meanwhile.
+pub fn spawn<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Result<Spawned<R>> {
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    pool()?.spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        // The receiver may be gone (its iterator dropped): nothing to tell.
+        let _ = sender.send(result);
+    });
+    Ok(receiver)
+}
+
 /// Serialises the tests that change the thread count: cargo runs tests on
 /// parallel threads, and the count is the process's.
 #[cfg(test)]

@@ -11,6 +11,10 @@ use epochplan_core::tokens::StepShares;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+/// One rank's micro-batches of one step, to be made without the GIL.
+pub(super) type StepJob =
+    Box<dyn FnOnce() -> epochplan_core::Result<Vec<MicroBatch>> + Send + 'static>;
+
 impl EpochPlan {
     /// The caps of `micro_batch_size` and `max_tokens` for this plan,
     /// refused when a sample of the plan is longer than `max_tokens`.
@@ -81,18 +85,36 @@ impl EpochPlan {
         w: u64,
         caps: MicroCaps,
     ) -> PyResult<Vec<MicroBatch>> {
-        match caps {
-            MicroCaps::Samples(b) => py.detach(|| plan.micro_batches(step, rank, w, b)).py(),
+        let job = self.step_job(py, plan, step, rank, w, caps)?;
+        py.detach(job).py()
+    }
+
+    /// The work of [`step_batches`](Self::step_batches) that needs no GIL,
+    /// with what it reads from Python (a token plan's step lengths) read
+    /// now: it can run on another thread.
+    pub(super) fn step_job(
+        &self,
+        py: Python<'_>,
+        plan: &Plan,
+        step: u64,
+        rank: u64,
+        w: u64,
+        caps: MicroCaps,
+    ) -> PyResult<StepJob> {
+        Ok(match caps {
+            MicroCaps::Samples(b) => {
+                let plan = plan.clone();
+                Box::new(move || plan.micro_batches(step, rank, w, b))
+            }
             MicroCaps::Tokens(caps) => {
                 let samples = self.samples(py, plan, step)?;
                 let layout = self.layout;
-                py.detach(|| {
+                Box::new(move || {
                     let dealing = layout.deal_step(&samples, w, caps)?;
                     layout.dealt_micro_batches(&samples, &dealing, rank)
                 })
-                .py()
             }
-        }
+        })
     }
 
     /// Micro-batches of every rank in step `step`.
