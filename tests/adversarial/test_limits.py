@@ -59,6 +59,7 @@ for name, call in calls.items():
     [
         *["permutation", "uniform", "rank_indices", "partitions", "partition_part"],
         *["naive", "py1s", "py2s", "py1br", "py1e", "py1e_one_block", "write_plan"],
+        "micro_batches",  # steps made ahead on the pool's threads
     ],
 )
 def test_no_memory_limit_crashes_a_call(call: str, tmp_path: Path) -> None:
@@ -74,6 +75,9 @@ from epochplan import planfile
 from epochplan.compat import streaming
 shards = np.full(200, 10**4)  # 2 * 10**6 samples, a 16 MB output
 out = {str(tmp_path / "plan")!r}
+lengths = np.random.default_rng(0).integers(1, 2000, size=2 * 10**6).astype(np.int32)
+tokens = ep.PlanSpec(2 * 10**6, 2**17, tokens=ep.Tokens(lengths)).plan()
+plain = ep.EpochPlan(2 * 10**6, 2**17)
 calls = {{
     "permutation": lambda: ep.Permutation(2 * 10**6)[:],
     "uniform": lambda: ep.permutation(2 * 10**6),
@@ -84,6 +88,10 @@ calls = {{
     ),
     "py1e_one_block": lambda: streaming.get_shuffle("py1e", shards, 1, 0, 0, 10**9),
     "write_plan": lambda: planfile.write_plan(out, ep.PlanSpec(2 * 10**6, 64), 2),
+    "micro_batches": lambda: (
+        [len(s) for s in tokens.micro_batches(1, 3, max_tokens=8192)],
+        [len(s) for s in plain.micro_batches(1, 3, 64)],
+    ),
 }}
 algo = {call!r}
 call = calls.get(algo) or (lambda: streaming.get_shuffle(algo, shards, 2, 0, 0, 1 << 18))

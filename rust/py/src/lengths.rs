@@ -6,6 +6,7 @@
 use crate::args::{int_arg, str_arg, MAX_I64};
 use crate::errors::IntoPyResult;
 use crate::spec::Tokens;
+use epochplan_core::buffer::vec_with_capacity;
 use epochplan_core::dealing::{negative_length, LengthsDigest, SampleLengths};
 use epochplan_core::pages::Pages;
 use epochplan_core::planfile::FileDtype;
@@ -264,7 +265,7 @@ impl<'py> NumpyLengths<'py> {
     /// error for a negative one, naming `name` and its id. A memmap is read
     /// front to back once, its pages given back behind the pass.
     fn each_chunk(&self, name: &str, mut f: impl FnMut(&mut Vec<u64>) -> Result<()>) -> Result<()> {
-        let mut buffer: Vec<u64> = Vec::with_capacity(CHUNK.min(self.array.len()));
+        let mut buffer: Vec<u64> = vec_with_capacity(CHUNK.min(self.array.len()), name)?;
         by_dtype!(&self.array, name, |view| {
             let n = view.len();
             // A memory-mapped file's pages are given back as the pass
