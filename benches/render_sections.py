@@ -277,12 +277,14 @@ def packing_block(t: Tables) -> str:
         lines += [
             f"{size_text(p['n'])} lognormal lengths ({ours['over_cap_samples']:,} over the "
             f"cap), W = 8, a cap of {p['cap']:,} tokens a micro-batch, epochplan at G = "
-            f"{p['global_batch_size']:,}; {p['axolotl']}, {p['verl']} (its first "
-            f"{p['verl_steps']} steps).",
+            f"{p['global_batch_size']:,}"
+            + (f" (and first fit at {large['global_batch_size']:,})" if large else "")
+            + f"; {p['axolotl']}, {p['verl']} (its first {p['verl_steps']} steps).",
         ]
         if "step_bound" in ours:
             lines[-1] += (
-                " With these steps and every rank given the same count, no packer fills more "
+                f" With steps of {p['global_batch_size']:,} samples and every rank given the "
+                "same count, no packer fills more "
                 f"than {ours['step_bound']:.3f} (a step of T tokens needs `ceil(T / cap)` "
                 "rows, and every rank takes the count of the rank that needs most)."
             )
