@@ -27,6 +27,10 @@ root = {root!r}
 parts = [f"{{root}}/p{{i}}" for i in range(2)]
 sizes = np.random.default_rng(0).integers(1, 200, 10**6).astype(np.int32)
 out = f"{{root}}/merged"
+mixture = ep.Mixture(
+    [10**6, 10**6], weights=[1, 1], num_samples=2 * 10**6, seed=1,
+    phases=[((0, 2**20), [2, 1])],
+)
 calls = {{
     "merge_plan": lambda: planfile.merge_plan(out, parts),
     "audit": lambda: audit(f"{{root}}/logs"),
@@ -34,6 +38,13 @@ calls = {{
     "megatron_gpt_indices": lambda: gpt_dataset.build_gpt_indices(
         sizes, np.arange(10**6, dtype=np.int32), 3 * 10**5, 512, 1
     ),
+    "token_rank_indices": lambda: ep.EpochPlan(
+        2 * 10**6, 4096, tokens=ep.Tokens(sizes.repeat(2))
+    ).rank_indices(0, 3),
+    "mixture_micro_batches": lambda: [
+        len(step) for step in ep.EpochPlan(mixture, 2**16).micro_batches(1, 3, 64)
+    ],
+    "mixture_sources": lambda: mixture.epoch(0).sources(np.arange(2 * 10**6)),
 }}
 call = calls[{name!r}]
 soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -69,7 +80,16 @@ def write_inputs(root: Path) -> None:
         log.commit(plan.at_step(plan.num_steps).state_dict())
 
 
-@pytest.mark.parametrize("name", ["merge_plan", "audit", "locate", "megatron_gpt_indices"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *["merge_plan", "audit", "locate", "megatron_gpt_indices"],
+        # Each aborted the process once: a buffer grown or reserved without
+        # a fallible reserve (a token plan's rank share, a mixture's batch
+        # buffers on a pool thread, a mixture epoch's sources).
+        *["token_rank_indices", "mixture_micro_batches", "mixture_sources"],
+    ],
+)
 def test_no_memory_limit_crashes_a_new_call(name: str, tmp_path: Path) -> None:
     pytest.importorskip("megatron.core")
     env = {**os.environ, "EPOCHPLAN_NUM_THREADS": "2"}

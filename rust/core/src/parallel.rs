@@ -132,6 +132,28 @@ pub fn for_each_piece<T: Send>(data: &mut [T], piece: usize, f: impl Fn(usize, &
     });
 }
 
+/// [`for_each_piece`] for an `f` that can fail (for want of memory): the
+/// first error found, once every piece has run.
+pub fn try_for_each_piece<T: Send>(
+    data: &mut [T],
+    piece: usize,
+    f: impl Fn(usize, &mut [T]) -> Result<()> + Sync,
+) -> Result<()> {
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    for_each_piece(data, piece, |at, chunk| {
+        if let Err(e) = f(at, chunk) {
+            failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Runs `f` inside the pool (for callers that use rayon iterators directly);
 /// an error when no thread can be started.
 pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R> {

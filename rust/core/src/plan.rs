@@ -93,12 +93,12 @@ impl Plan {
                 "positions must be in [0, {n}), got {bad}"
             )));
         }
-        self.map_valid(values);
-        Ok(())
+        self.map_valid(values)
     }
 
-    /// [`Plan::map_positions`] for positions known to lie in `[0, N)`.
-    fn map_valid(&self, values: &mut [i64]) {
+    /// [`Plan::map_positions`] for positions known to lie in `[0, N)`; an
+    /// error only for want of memory.
+    fn map_valid(&self, values: &mut [i64]) -> Result<()> {
         match &self.space {
             Space::Range => self.order.map_in_place(values),
             Space::Selection(sel) => {
@@ -108,12 +108,13 @@ impl Plan {
                 });
             }
             Space::Mixture { epoch, .. } => {
-                parallel::for_each_piece(values, parallel::PIECE, |_, piece| {
+                return parallel::try_for_each_piece(values, parallel::PIECE, |_, piece| {
                     self.shuffle_steps(piece);
-                    epoch.map_slice(piece);
+                    epoch.map_slice(piece)
                 });
             }
         }
+        Ok(())
     }
 
     /// The sample id at one position of the epoch.
@@ -252,12 +253,12 @@ impl Plan {
         rank: u64,
         world_size: u64,
         out: &mut [i64],
-    ) -> (u64, u64) {
+    ) -> Result<(u64, u64)> {
         let end = self
             .layout
             .fill_rank_positions_from(first_step, skip, rank, world_size, out);
-        self.map_valid(out);
-        end
+        self.map_valid(out)?;
+        Ok(end)
     }
 
     /// The micro-batches of rank `rank` in step `step`: for each, the sample
@@ -294,7 +295,7 @@ impl Plan {
     /// The sample ids at step `step`'s positions, in position order.
     pub fn step_ids(&self, step: u64) -> Result<Vec<i64>> {
         let mut ids = self.step_positions(step)?;
-        self.map_valid(&mut ids);
+        self.map_valid(&mut ids)?;
         Ok(ids)
     }
 

@@ -9,6 +9,7 @@ use crate::lengths::{caps_arg, TokenArrays};
 use crate::plan::EpochPlan;
 use crate::planfile::run_detached;
 use crate::token_slices::Guards;
+use epochplan_core::buffer::vec_with_capacity;
 use epochplan_core::dealing::negative_length;
 use epochplan_core::plan::Plan;
 use epochplan_core::planfile::{self, FileInfo, StagedArrays, TokenArraysRef, TokenPaths};
@@ -199,7 +200,7 @@ fn token_cuts<'py>(
             shape.len()
         )));
     }
-    let mut read = Vec::with_capacity(values.len());
+    let mut read = vec_with_capacity(values.len(), "lengths").py()?;
     for (i, &v) in values.iter().enumerate() {
         if v < 0 {
             return Err(negative_length("lengths", i as i64, v.into())).py();

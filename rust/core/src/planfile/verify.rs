@@ -445,7 +445,7 @@ fn verify_one(
         if bad.is_none() {
             let want = &mut expected[..checks.plan.map_or(0, |_| bytes.len() / 8)];
             if let Some(plan) = checks.plan {
-                at = plan.fill_rank_ids(at.0, at.1, file.rank, world_size, want);
+                at = plan.fill_rank_ids(at.0, at.1, file.rank, world_size, want)?;
             }
             bad = first_bad_id(start, bytes, want, checks);
         }

@@ -3,6 +3,7 @@
 
 use super::npy::*;
 use super::{BUFFERS, CHUNK_IDS, PROGRESS_EVERY};
+use crate::buffer::vec_with_capacity;
 use crate::error::{Error, Result};
 use crate::parallel;
 use crate::plan::Plan;
@@ -275,14 +276,14 @@ fn produce(
                 Ok(buf) => buf,
                 Err(_) if allocated < BUFFERS => {
                     allocated += 1;
-                    Vec::with_capacity(CHUNK_IDS)
+                    vec_with_capacity(CHUNK_IDS, "a chunk of ids")?
                 }
                 Err(_) => from_writer.recv().map_err(|_| gone())?,
             };
             let len = left.min(CHUNK_IDS as u64) as usize;
             buf.clear();
             buf.resize(len, 0);
-            (step, skip) = plan.fill_rank_ids(step, skip, rank, world_size, &mut buf);
+            (step, skip) = plan.fill_rank_ids(step, skip, rank, world_size, &mut buf)?;
             left -= len as u64;
             to_writer.send(Msg::Ids(buf)).map_err(|_| gone())?;
         }

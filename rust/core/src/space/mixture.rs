@@ -549,7 +549,7 @@ mod tests {
             ((x ^ (x >> 29)) % len) as i64
         }));
         let mut got = js.clone();
-        epoch.map_slice(&mut got);
+        epoch.map_slice(&mut got).unwrap();
         for (&j, &id) in js.iter().zip(&got) {
             assert_eq!(
                 epoch.get(j as u64).unwrap() as i64,

@@ -196,8 +196,7 @@ impl MixtureEpoch {
     /// for large inputs, with the same result on any thread count.
     pub fn map_in_place(&self, values: &mut [i64]) -> Result<()> {
         check_indices_below(values, self.len(), "js")?;
-        parallel::for_each_piece(values, parallel::PIECE, |_, piece| self.map_slice(piece));
-        Ok(())
+        parallel::try_for_each_piece(values, parallel::PIECE, |_, piece| self.map_slice(piece))
     }
 
     /// [`MixtureEpoch::map_in_place`] on this thread, for checked values.
@@ -208,12 +207,20 @@ impl MixtureEpoch {
     /// cipher in one vectorised call and its source's ids in one
     /// [`Selection`](crate::space::Selection) lookup, then puts the ids
     /// back in place. The same ids as [`MixtureEpoch::get`] on each
-    /// position; memory O(`MAP_BATCH` + K).
-    pub(crate) fn map_slice(&self, values: &mut [i64]) {
-        let mut work = BatchBuffers::new(self.consumed.len(), values.len().min(MAP_BATCH));
+    /// position; memory O(`MAP_BATCH` + K), reserved first (an error when
+    /// it is not there).
+    pub(crate) fn map_slice(&self, values: &mut [i64]) -> Result<()> {
+        let batch = values.len().min(MAP_BATCH);
+        let mut work = BatchBuffers::try_new(self.consumed.len(), batch).ok_or_else(|| {
+            Error::Memory(format!(
+                "cannot allocate the buffers to map {batch} positions of a mixture: \
+                 not enough memory"
+            ))
+        })?;
         for batch in values.chunks_mut(MAP_BATCH) {
             self.map_batch(batch, &mut work);
         }
+        Ok(())
     }
 
     fn map_batch(&self, batch: &mut [i64], work: &mut BatchBuffers) {
@@ -350,17 +357,27 @@ struct BatchBuffers {
 }
 
 impl BatchBuffers {
-    fn new(num_sources: usize, batch: usize) -> BatchBuffers {
-        BatchBuffers {
-            keys: Vec::with_capacity(batch),
-            starts: Vec::with_capacity(num_sources + 1),
-            order: Vec::with_capacity(batch),
-            group: Vec::with_capacity(batch),
-            pass_keys: Vec::new(),
-            pass_starts: Vec::new(),
-            pass_order: Vec::new(),
-            scratch: Vec::new(),
+    /// Buffers for batches of up to `batch` positions, each reserved at the
+    /// most a batch needs (so that no batch grows one: a failed growth would
+    /// abort the process); None when the memory is not there.
+    fn try_new(num_sources: usize, batch: usize) -> Option<BatchBuffers> {
+        fn room<T>(n: usize) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            Some(v)
         }
+        // A counting order holds one slot more than its keys; a source's
+        // passes in one batch are fewer than its elements there.
+        Some(BatchBuffers {
+            keys: room(batch)?,
+            starts: room(num_sources + 1)?,
+            order: room(batch + 1)?,
+            group: room(batch + 1)?,
+            pass_keys: room(batch)?,
+            pass_starts: room(batch + 1)?,
+            pass_order: room(batch + 1)?,
+            scratch: room(batch + 1)?,
+        })
     }
 }
 

@@ -7,6 +7,7 @@ use crate::args::{sample_ids_arg, step_arg};
 use crate::errors::IntoPyResult;
 use crate::layout::batch_list;
 use crate::lengths::samples_cap_arg;
+use epochplan_core::Error;
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -22,7 +23,18 @@ impl EpochPlan {
         let mut ids = Vec::new();
         for step in self.layout.start_step()..self.layout.num_steps() {
             let (samples, shares) = self.shares(py, &plan, step, w)?;
-            ids.extend(self.layout.dealt_ids(&samples, &shares, rank).py()?);
+            let dealt = self.layout.dealt_ids(&samples, &shares, rank).py()?;
+            // Grown fallibly: a share larger than memory is an error.
+            if ids.try_reserve(dealt.len()).is_err() {
+                let wanted = ids.len() + dealt.len();
+                drop(ids); // the message needs memory too
+                return Err(Error::Memory(format!(
+                    "cannot allocate rank {rank}'s ids (more than {wanted} values): \
+                     not enough memory"
+                )))
+                .py();
+            }
+            ids.extend_from_slice(&dealt);
         }
         Ok(ids)
     }

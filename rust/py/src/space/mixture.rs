@@ -4,10 +4,12 @@
 use super::{getitem, shaped, take, to_array, Selection};
 use crate::args::{int_arg, int_value, positions_arg, Keyword, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
+use epochplan_core::buffer::try_filled;
 use epochplan_core::space::{
     Mixture as CoreMixture, MixtureEpoch as CoreEpoch, QuotaRule, Schedule,
     Selection as CoreSelection,
 };
+use epochplan_core::Error;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
@@ -634,7 +636,14 @@ impl MixtureEpoch {
         positions: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (values, shape) = positions_arg(positions, "positions", self.inner.len())?;
-        let mut out = vec![0; values.len()];
+        let mut out = try_filled(0, values.len())
+            .ok_or_else(|| {
+                Error::Memory(format!(
+                    "cannot allocate the sources of {} positions: not enough memory",
+                    values.len()
+                ))
+            })
+            .py()?;
         py.detach(|| self.inner.fill_sources(&values, &mut out))
             .py()?;
         shaped(py, out, shape)

@@ -4,7 +4,7 @@
 use super::{getitem, take, to_array, PIECE};
 use crate::args::{int64_array, int_arg, int_value, MAX_I64, MAX_U64};
 use crate::errors::IntoPyResult;
-use epochplan_core::buffer::vec_with_capacity;
+use epochplan_core::buffer::{copy_of, vec_with_capacity};
 use epochplan_core::space::{
     self as core_space, Selection as CoreSelection, SelectionKind, SharedIds,
 };
@@ -639,7 +639,7 @@ impl Selection {
             let args = (n, seed, start, len).into_pyobject(py)?;
             return PyTuple::new(py, [class.getattr("_from_split_part")?, args.into_any()]);
         }
-        let ids = self.sel.as_indices().unwrap_or(&[]).to_vec();
+        let ids = copy_of(self.sel.as_indices().unwrap_or(&[]), "the selection's ids").py()?;
         let args = (ids.into_pyarray(py), n).into_pyobject(py)?;
         PyTuple::new(py, [class.getattr("from_indices")?, args.into_any()])
     }
