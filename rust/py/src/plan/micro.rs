@@ -3,8 +3,8 @@
 //! While the caller works on one step, the next ones are made on the pool:
 //! a step's dealing needs no GIL, and on the pool's threads its buffers come
 //! from their own allocator arenas instead of being faulted in again on the
-//! caller's for every step (measured: one rank's epoch of 3 * 10^7 samples at
-//! G = 65,536 takes 4.2 s made in turn, 1.9 s made ahead on two threads).
+//! caller's for every step (measured in `benches/NOTES.md`: one rank's epoch
+//! at G = 65,536 in less than half the time on two threads).
 
 use super::tokens::StepJob;
 use super::{EpochPlan, MicroCaps};
@@ -120,9 +120,9 @@ impl MicroBatches {
     }
 
     /// Starts the next steps on the pool: two a thread, so that every thread
-    /// has one to start on while the caller builds its lists (measured at
-    /// G = 65,536 on two threads: one step ahead 3.3 s, two 2.3 s, four 1.9
-    /// s, eight 1.9 s). None with one thread: the caller asked for one core.
+    /// has one to start on while the caller builds its lists (one a thread
+    /// left the pool idle half the time; more gained nothing). None with one
+    /// thread: the caller asked for one core.
     fn read_ahead(&self, py: Python<'_>) {
         let threads = parallel::num_threads();
         let depth = if threads > 1 {
