@@ -268,3 +268,36 @@ def test_chunk_sampler_is_elastic_and_resumable() -> None:
         rest += [i for mb in resumed for i, x in zip(mb, mb.weights, strict=True) if x > 0]
     done = [i for t in range(10) for i in steps[(1, t)]]
     assert sorted(done + rest) == list(range(n))
+
+
+def plain(b: et.WeightedIndices) -> tuple[list[int], list[float], int, bool]:
+    return list(b), np.asarray(b.weights).tolist(), b.step, b.step_end
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_iteration_is_each_steps_batches_in_turn(threads: int) -> None:
+    # The iteration takes the plan's iterator (steps made ahead on the pool);
+    # step_batches deals one step: the same batches, from the start and
+    # from a resumed step, at any thread count.
+    lengths = np.random.default_rng(5).integers(1, 400, size=3_001).astype(np.int32)
+    specs = [
+        (ep.PlanSpec(3_001, 64, seed=4), {"micro_batch_size": 3}),
+        *(
+            (ep.PlanSpec(3_001, 64, seed=4, tokens=ep.Tokens(lengths, packing=p)), {})
+            for p in ("sorted", "first_fit")
+        ),
+        (ep.PlanSpec(3_001, 64, seed=4, kind=ep.Chunked(100)), {"micro_batch_size": 2}),
+    ]
+    ep.set_num_threads(threads)
+    try:
+        for spec, caps in specs:
+            cap = {"max_tokens": 900} if spec.tokens is not None else {}
+            size = caps.get("micro_batch_size")
+            s = et.ElasticBatchSampler(spec, size, rank=1, num_replicas=3, **cap)
+            steps = range(s.plan.num_steps)
+            want = [plain(b) for t in steps for b in s.step_batches(t)]
+            assert [plain(b) for b in s] == want
+            s.load_state_dict(s.state_dict_at_step(7))
+            assert [plain(b) for b in s] == [w for w in want if w[2] >= 7]
+    finally:
+        ep.set_num_threads(0)

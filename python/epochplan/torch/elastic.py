@@ -137,6 +137,15 @@ def _refuse_torch_names(init: Callable[P, None]) -> Callable[P, None]:
     return checked
 
 
+def weighted(step: int, batches: list[MicroBatch]) -> list[WeightedIndices]:
+    """A step's micro-batches as the samplers yield them."""
+    last = len(batches) - 1
+    return [
+        WeightedIndices(ids.tolist(), weights, step, m == last)
+        for m, (ids, weights) in enumerate(batches)
+    ]
+
+
 class ElasticBatchSampler(Sampler[WeightedIndices]):
     """Equal-step, weighted micro-batches of an :class:`~epochplan.EpochPlan`.
 
@@ -309,16 +318,22 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
 
     # --------------------------------------------------------------------------
 
+    def _steps(self, first: int) -> Iterator[list[MicroBatch]]:
+        """This rank's micro-batches of each step from ``first`` on: the
+        plan's own iterator, which makes the next steps on the thread pool
+        while the loop consumes one (a subclass that reads its ids
+        elsewhere cuts them step by step)."""
+        plan = self._plan.at_step(first)
+        w, b = self.num_replicas, self.micro_batch_size
+        if self.max_tokens is None:
+            return iter(plan.micro_batches(self.rank, w, b))
+        return iter(plan.micro_batches(self.rank, w, b, max_tokens=self.max_tokens))
+
     def step_batches(self, step: int) -> list[WeightedIndices]:
         """This rank's micro-batches of ``step``, as the iteration yields
         them (``plan.rank(rank, num_replicas).step_micro_batches(step, b)``
         gives the same as (indices, weights) pairs)."""
-        batches = self._split_step(step, self._step_ids(step))
-        last = len(batches) - 1
-        return [
-            WeightedIndices(ids.tolist(), weights, step, m == last)
-            for m, (ids, weights) in enumerate(batches)
-        ]
+        return weighted(step, self._split_step(step, self._step_ids(step)))
 
     def __iter__(self) -> Iterator[WeightedIndices]:
         # A DataLoader calls iter() more than once before it takes the first batch, so
@@ -331,8 +346,8 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         first, self._resume = (self._resume or 0), None
         self._next_step = first
         plan = self._plan
-        for step in range(first, plan.num_steps):
-            for batch in self.step_batches(step):
+        for step, batches in enumerate(self._steps(first), start=first):
+            for batch in weighted(step, batches):
                 # The epoch's batches and the progress a state records belong to
                 # one plan: a set_epoch or load_state_dict in the middle would mix
                 # two epochs (and a state saved then would skip the new one).

@@ -4,6 +4,7 @@ a plan directory (see :mod:`epochplan.planfile`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,11 @@ class PlanSampler(ElasticBatchSampler):
             raise PlanError(f"{d.path}: the plan has seed {d.seed}, not {self.seed}")
         self._open_file(epoch)
         return d.plan(epoch)
+
+    def _steps(self, first: int) -> Iterator[list[MicroBatch]]:
+        # The ids come from the plan's files: read and cut step by step.
+        for step in range(first, self._plan.num_steps):
+            yield self._split_step(step, self._step_ids(step))
 
     def _split_step(self, step: int, ids: npt.NDArray[np.int64]) -> list[MicroBatch]:
         if self._reader is not None:
