@@ -6,6 +6,7 @@
 //! by a binary search, O(log ranges); the set operations are merges,
 //! O(ranges of both).
 
+use crate::buffer::vec_with_capacity;
 use crate::error::{Error, Result};
 use crate::order::MAX_SAMPLES;
 
@@ -14,9 +15,9 @@ use crate::order::MAX_SAMPLES;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ranges {
     num_samples: u64,
-    ranges: Box<[(u64, u64)]>,
+    ranges: Vec<(u64, u64)>,
     /// Ids in the ranges before each range.
-    before: Box<[u64]>,
+    before: Vec<u64>,
     len: u64,
 }
 
@@ -36,7 +37,7 @@ impl Ranges {
     /// are allowed and hold nothing.
     pub fn new(ranges: &[(u64, u64)], num_samples: u64) -> Result<Ranges> {
         check_num_samples(num_samples)?;
-        let mut kept: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        let mut kept: Vec<(u64, u64)> = vec_with_capacity(ranges.len(), "the ranges")?;
         // The index of the last non-empty range, for messages.
         let mut last: Option<usize> = None;
         for (i, &(start, stop)) in ranges.iter().enumerate() {
@@ -71,13 +72,14 @@ impl Ranges {
             last = Some(i);
             kept.push((start, stop));
         }
-        Ok(Ranges::from_sorted(kept, num_samples))
+        Ranges::from_sorted(kept, num_samples)
     }
 
     /// Ranges from sorted, disjoint, possibly empty or touching ranges
-    /// inside the store (the caller's contract).
-    pub(crate) fn from_sorted(ranges: Vec<(u64, u64)>, num_samples: u64) -> Ranges {
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    /// inside the store (the caller's contract); an error only for want of
+    /// memory (every buffer here is reserved fallibly, at its most).
+    pub(crate) fn from_sorted(ranges: Vec<(u64, u64)>, num_samples: u64) -> Result<Ranges> {
+        let mut merged: Vec<(u64, u64)> = vec_with_capacity(ranges.len(), "the ranges")?;
         for (start, stop) in ranges {
             if start == stop {
                 continue;
@@ -87,19 +89,19 @@ impl Ranges {
                 _ => merged.push((start, stop)),
             }
         }
-        let mut before = Vec::with_capacity(merged.len());
+        let mut before = vec_with_capacity(merged.len(), "the ranges")?;
         let mut len = 0u64;
         for &(start, stop) in &merged {
             before.push(len);
             // Disjoint ranges inside the store: the sum stays <= num_samples.
             len += stop - start;
         }
-        Ranges {
+        Ok(Ranges {
             num_samples,
-            ranges: merged.into_boxed_slice(),
-            before: before.into_boxed_slice(),
+            ranges: merged,
+            before,
             len,
-        }
+        })
     }
 
     /// The store's size.
@@ -136,10 +138,10 @@ impl Ranges {
     }
 
     /// The ids in both.
-    pub fn intersection(&self, other: &Ranges) -> Ranges {
+    pub fn intersection(&self, other: &Ranges) -> Result<Ranges> {
         let (a, b) = (&self.ranges, &other.ranges);
         let (mut i, mut k) = (0, 0);
-        let mut out = Vec::new();
+        let mut out = vec_with_capacity(a.len() + b.len(), "the ranges")?;
         while i < a.len() && k < b.len() {
             let start = a[i].0.max(b[k].0);
             let stop = a[i].1.min(b[k].1);
@@ -156,10 +158,10 @@ impl Ranges {
     }
 
     /// The ids in either.
-    pub fn union(&self, other: &Ranges) -> Ranges {
+    pub fn union(&self, other: &Ranges) -> Result<Ranges> {
         let (a, b) = (&self.ranges, &other.ranges);
         let (mut i, mut k) = (0, 0);
-        let mut out: Vec<(u64, u64)> = Vec::with_capacity(a.len() + b.len());
+        let mut out: Vec<(u64, u64)> = vec_with_capacity(a.len() + b.len(), "the ranges")?;
         while i < a.len() || k < b.len() {
             let next = if k == b.len() || (i < a.len() && a[i].0 <= b[k].0) {
                 i += 1;
@@ -177,10 +179,11 @@ impl Ranges {
     }
 
     /// The ids in `self` and not in `other`.
-    pub fn difference(&self, other: &Ranges) -> Ranges {
+    pub fn difference(&self, other: &Ranges) -> Result<Ranges> {
         let b = &other.ranges;
         let mut k = 0;
-        let mut out = Vec::new();
+        // Each range of `other` splits one of `self` in two at most.
+        let mut out = vec_with_capacity(self.ranges.len() + b.len(), "the ranges")?;
         for &(start, stop) in self.ranges.iter() {
             let mut from = start;
             // Skip the ranges of `other` that end before this one starts.
@@ -203,8 +206,8 @@ impl Ranges {
     }
 
     /// The ids of the store not held.
-    pub fn complement(&self) -> Ranges {
-        let mut out = Vec::with_capacity(self.ranges.len() + 1);
+    pub fn complement(&self) -> Result<Ranges> {
+        let mut out = vec_with_capacity(self.ranges.len() + 1, "the ranges")?;
         let mut from = 0;
         for &(start, stop) in self.ranges.iter() {
             out.push((from, start));
@@ -248,11 +251,17 @@ mod tests {
         let has = |r: &Ranges, x: u64| ids(r).contains(&x);
         let pick = |f: &dyn Fn(u64) -> bool| (0..n).filter(|&x| f(x)).collect::<Vec<_>>();
         assert_eq!(
-            ids(&a.intersection(&b)),
+            ids(&a.intersection(&b).unwrap()),
             pick(&|x| has(&a, x) && has(&b, x))
         );
-        assert_eq!(ids(&a.union(&b)), pick(&|x| has(&a, x) || has(&b, x)));
-        assert_eq!(ids(&a.difference(&b)), pick(&|x| has(&a, x) && !has(&b, x)));
-        assert_eq!(ids(&a.complement()), pick(&|x| !has(&a, x)));
+        assert_eq!(
+            ids(&a.union(&b).unwrap()),
+            pick(&|x| has(&a, x) || has(&b, x))
+        );
+        assert_eq!(
+            ids(&a.difference(&b).unwrap()),
+            pick(&|x| has(&a, x) && !has(&b, x))
+        );
+        assert_eq!(ids(&a.complement().unwrap()), pick(&|x| !has(&a, x)));
     }
 }

@@ -476,7 +476,7 @@ impl Selection {
     /// The ids of the store not selected (`~`): a range selection or a mask.
     pub fn complement(&self) -> Result<Selection> {
         let repr = match &self.repr {
-            Repr::Ranges(r) => Repr::Ranges(r.complement()),
+            Repr::Ranges(r) => Repr::Ranges(r.complement()?),
             Repr::Mask(m) => Repr::Mask(m.complement()?),
             _ => {
                 return Err(Error::Value(format!(
@@ -495,7 +495,7 @@ impl Selection {
         &self,
         other: &Selection,
         op: &str,
-        ranges: impl Fn(&Ranges, &Ranges) -> Ranges,
+        ranges: impl Fn(&Ranges, &Ranges) -> Result<Ranges>,
         words: impl Fn(u64, u64) -> u64,
     ) -> Result<Selection> {
         if self.num_samples != other.num_samples {
@@ -505,7 +505,7 @@ impl Selection {
             )));
         }
         let repr = match (&self.repr, &other.repr) {
-            (Repr::Ranges(a), Repr::Ranges(b)) => Repr::Ranges(ranges(a, b)),
+            (Repr::Ranges(a), Repr::Ranges(b)) => Repr::Ranges(ranges(a, b)?),
             (Repr::Mask(a), Repr::Mask(b)) => Repr::Mask(a.combine(b, words)?),
             _ => {
                 return Err(Error::Value(format!(

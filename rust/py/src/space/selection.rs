@@ -319,9 +319,19 @@ impl Selection {
                     .unwrap_or_default()
             ))
         })?;
-        let mut pairs = Vec::new();
+        let mut pairs: Vec<(u64, u64)> = Vec::new();
         for (i, item) in items.enumerate() {
-            pairs.push(range_item(&item?, i, n)?);
+            let pair = range_item(&item?, i, n)?;
+            if pairs.len() == pairs.capacity() {
+                // Grown fallibly: a list of ranges beyond memory is an error.
+                pairs
+                    .try_reserve(pairs.len().max(64))
+                    .map_err(|_| {
+                        Error::Memory(format!("cannot hold {i} ranges: not enough memory"))
+                    })
+                    .py()?;
+            }
+            pairs.push(pair);
         }
         Ok(Selection::wrap(CoreSelection::from_ranges(&pairs, n).py()?))
     }
