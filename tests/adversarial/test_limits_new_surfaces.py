@@ -45,6 +45,9 @@ calls = {{
         len(step) for step in ep.EpochPlan(mixture, 2**16).micro_batches(1, 3, 64)
     ],
     "mixture_sources": lambda: mixture.epoch(0).sources(np.arange(2 * 10**6)),
+    "mixture_locate": lambda: ep.EpochPlan(mixture, 4096).locate(
+        np.arange(0, 2 * 10**6, 5), 4, 8
+    ),
     "selection_ranges": lambda: (
         ep.Selection.from_ranges([(i * 10, i * 10 + 5) for i in range(10**5)], 2 * 10**6)
         | ep.Selection.from_ranges([(i * 10 + 3, i * 10 + 8) for i in range(10**5)], 2 * 10**6)
@@ -90,9 +93,10 @@ def write_inputs(root: Path) -> None:
         *["merge_plan", "audit", "locate", "megatron_gpt_indices"],
         # Each aborted the process once: a buffer grown or reserved without
         # a fallible reserve (a token plan's rank share, a mixture's batch
-        # buffers on a pool thread, a mixture epoch's sources, ranges).
+        # buffers on a pool thread, a mixture epoch's sources, ranges, the
+        # search of a mixture's ids).
         *["token_rank_indices", "mixture_micro_batches", "mixture_sources"],
-        "selection_ranges",
+        *["selection_ranges", "mixture_locate"],
     ],
 )
 def test_no_memory_limit_crashes_a_new_call(name: str, tmp_path: Path) -> None:

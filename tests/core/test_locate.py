@@ -109,3 +109,12 @@ def test_misaligned_arrays_are_taken_as_any_other() -> None:
     np.testing.assert_array_equal(perm.take(raw), perm.take(raw.copy()))
     plan = ep.EpochPlan(20, 4)
     np.testing.assert_array_equal(plan.positions_of(raw), plan.positions_of(raw.copy()))
+
+
+def test_a_mixture_locates_repeated_ids_in_any_order() -> None:
+    # A mixture is searched by reading its epoch forwards: every copy of an
+    # id gets the id's position, whatever the order of the query.
+    plan = ep.EpochPlan(ep.Mixture([60, 90], weights=[2, 1], num_samples=80, seed=3), 16, seed=4)
+    each = plan.positions_of(np.arange(150))
+    query = np.random.default_rng(2).integers(0, 150, size=600)
+    np.testing.assert_array_equal(plan.positions_of(query), each[query])

@@ -126,24 +126,39 @@ impl Plan {
 
     /// Replaces each id of `values` by its first position in the epoch, or
     /// [`ABSENT`], reading the epoch's ids forwards a piece at a time.
+    /// Memory: a map entry an id and a link an index (every index of one id
+    /// chained from its first), each reserved fallibly.
     fn search_positions(&self, values: &mut [i64]) -> Result<()> {
-        let mut wanted: HashMap<i64, Vec<usize>> = HashMap::with_capacity(values.len());
-        for (i, &id) in values.iter().enumerate() {
-            wanted.entry(id).or_default().push(i);
+        let no_room = || {
+            Error::Memory(format!(
+                "cannot allocate the search for {} sample ids: not enough memory",
+                values.len()
+            ))
+        };
+        let mut first: HashMap<i64, usize> = HashMap::new();
+        first.try_reserve(values.len()).map_err(|_| no_room())?;
+        let mut next = try_filled(usize::MAX, values.len()).ok_or_else(no_room)?;
+        for (i, &id) in values.iter().enumerate().rev() {
+            if let Some(later) = first.insert(id, i) {
+                next[i] = later;
+            }
         }
         values.iter_mut().for_each(|v| *v = ABSENT);
         let n = self.layout().num_samples();
-        let mut piece = Vec::with_capacity(SEARCH_PIECE.min(n) as usize);
+        let mut piece = vec_with_capacity(SEARCH_PIECE.min(n) as usize, "a piece of the epoch")?;
         let mut start = 0;
-        while start < n && !wanted.is_empty() {
+        while start < n && !first.is_empty() {
             let end = (start + SEARCH_PIECE).min(n);
             piece.clear();
             piece.extend(start as i64..end as i64);
             self.map_positions(&mut piece)?;
             for (offset, id) in piece.iter().enumerate() {
-                if let Some(at) = wanted.remove(id) {
-                    at.into_iter()
-                        .for_each(|i| values[i] = (start + offset as u64) as i64);
+                if let Some(mut i) = first.remove(id) {
+                    let position = (start + offset as u64) as i64;
+                    while i != usize::MAX {
+                        values[i] = position;
+                        i = next[i];
+                    }
                 }
             }
             start = end;
