@@ -137,7 +137,7 @@ def _refuse_torch_names(init: Callable[P, None]) -> Callable[P, None]:
     return checked
 
 
-def weighted(step: int, batches: list[MicroBatch]) -> list[WeightedIndices]:
+def _weighted(step: int, batches: list[MicroBatch]) -> list[WeightedIndices]:
     """A step's micro-batches as the samplers yield them."""
     last = len(batches) - 1
     return [
@@ -333,7 +333,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         """This rank's micro-batches of ``step``, as the iteration yields
         them (``plan.rank(rank, num_replicas).step_micro_batches(step, b)``
         gives the same as (indices, weights) pairs)."""
-        return weighted(step, self._split_step(step, self._step_ids(step)))
+        return _weighted(step, self._split_step(step, self._step_ids(step)))
 
     def __iter__(self) -> Iterator[WeightedIndices]:
         # A DataLoader calls iter() more than once before it takes the first batch, so
@@ -347,7 +347,7 @@ class ElasticBatchSampler(Sampler[WeightedIndices]):
         self._next_step = first
         plan = self._plan
         for step, batches in enumerate(self._steps(first), start=first):
-            for batch in weighted(step, batches):
+            for batch in _weighted(step, batches):
                 # The epoch's batches and the progress a state records belong to
                 # one plan: a set_epoch or load_state_dict in the middle would mix
                 # two epochs (and a state saved then would skip the new one).
