@@ -11,6 +11,7 @@ helpers_cpp = pytest.importorskip("megatron.core.datasets.helpers_cpp")
 meg_helpers = pytest.importorskip("megatron.core.datasets.helpers")
 meg_gpt = pytest.importorskip("megatron.core.datasets.gpt_dataset")
 
+import epochplan as ep  # noqa: E402
 from epochplan.compat import megatron as em  # noqa: E402
 
 
@@ -133,6 +134,31 @@ def test_unnormalized_weights_are_megatrons_too():
     same(outs[0][1], outs[1][1])
 
 
+@pytest.mark.parametrize(("kind", "k", "threads"), [("uniform", 128, 2), ("lognormal", 6, 3)])
+def test_long_blends_filled_in_pieces_are_megatrons(kind, k, threads):
+    # From 2**20 positions a blend is filled in pieces, one a thread, each
+    # from a guess of the samples taken before it, then mended in order.
+    w = _weights(kind, k, np.random.default_rng(k))
+    size = 3 * 2**20 + 4321
+    ep.set_num_threads(threads)
+    try:
+        ours = np.zeros(size, np.int16), np.zeros(size, np.int64)
+        em.build_blending_indices(*ours, w, k, size, False)
+        sizes = np.random.default_rng(3).integers(1, 2 * size // k, k)
+        mine = np.zeros(int(sizes.sum()), np.int16), np.zeros(int(sizes.sum()), np.int64)
+        em.build_exhaustive_blending_indices(*mine, sizes, k)
+    finally:
+        ep.set_num_threads(0)
+    theirs = np.zeros(size, np.int16), np.zeros(size, np.int64)
+    helpers_cpp.build_blending_indices(*theirs, w, k, size, False)
+    same(ours[0], theirs[0])
+    same(ours[1], theirs[1])
+    exhaustive = np.zeros(int(sizes.sum()), np.int16), np.zeros(int(sizes.sum()), np.int64)
+    helpers_cpp.build_exhaustive_blending_indices(*exhaustive, sizes, k)
+    same(mine[0], exhaustive[0])
+    same(mine[1], exhaustive[1])
+
+
 EXHAUSTIVE_CASES = [[7], [3, 3, 3], [1, 100, 7, 7, 50], "random300", "equal1000"]
 
 
@@ -239,8 +265,6 @@ def test_gpt_dataset_indices_are_megatrons(
     docs, epochs, split, extra, drop_valid, threads, tmp_path
 ):
     from megatron.core.datasets.utils import Split
-
-    import epochplan as ep
 
     rng = np.random.default_rng(docs)
     lengths = rng.integers(1, 300, docs).astype(np.int32)

@@ -190,8 +190,11 @@ def build_blending_indices(
 
     Position ``i`` takes the next sample of the source with the largest
     ``weights[k] * max(i, 1) - taken[k]`` (ties to the lowest ``k``), in
-    double precision as Megatron computes it; the search skips sources that
-    cannot be largest, so it does not scan all ``num_datasets`` per sample.
+    double precision as Megatron computes it. Beyond 32 sources (of distinct
+    weights) the search skips those that cannot be largest, so it does not
+    scan all ``num_datasets`` per sample; with weights that sum to one, a
+    long blend is filled in pieces on every thread (see
+    :func:`epochplan.set_num_threads`), with the same outputs.
 
     Args:
         dataset_index: int16 output, the source of each position.

@@ -13,7 +13,8 @@
 //!   differ only by their counts, so the group's best member is the lowest
 //!   one among those with the fewest samples taken: a group is taken round
 //!   robin, in index order, and acts as one source.
-//! - Groups are sorted by weight and cut into blocks of eight (sixteen
+//! - Up to 32 groups, a position compares them all, as Megatron's loop does.
+//! - More groups are sorted by weight and cut into blocks of eight (sixteen
 //!   from 512 groups). Each block
 //!   keeps the largest error it had when last evaluated; an error grows by at
 //!   most the block's largest weight per position, so that value plus the
@@ -21,14 +22,22 @@
 //!   rounding of both) bounds every error in the block. A position evaluates
 //!   the block of largest bound first, then only the blocks whose bound
 //!   reaches the best error found: typically one or two blocks of a hundred.
+//! - The positions are filled in pieces, one a thread, each from a guess of
+//!   the samples taken before it, then mended in order (the `pieces` module).
 
 use epochplan_core::{Error, Result};
+
+mod pieces;
 
 /// Groups per block: 8 up to [`WIDE_FROM`] groups, 16 from there (measured:
 /// at 128 sources 8 is faster, at 1,000 sources 16).
 const NARROW: usize = 8;
 const WIDE: usize = 16;
 const WIDE_FROM: usize = 512;
+
+/// Up to this many groups every position compares them all (measured: the
+/// scan is faster than the blocks up to about 32 groups, slower from 48).
+const SCAN_UP_TO: usize = 32;
 
 /// The largest number of sources: the dataset index is int16.
 pub const MAX_DATASETS: usize = i16::MAX as usize;
@@ -77,75 +86,67 @@ struct Group {
     size: Option<i64>,
 }
 
-/// The blocked search over groups. The arrays hold one lane per group, in
-/// blocks of `L` (the last padded with lanes whose error is -inf).
+impl Group {
+    /// Samples taken from the group's members together.
+    fn total(&self) -> i64 {
+        self.taken * self.members.len() as i64 + self.next as i64
+    }
+
+    /// Sets the samples taken from the members together (round robin).
+    fn set_total(&mut self, total: i64) {
+        let len = self.members.len() as i64;
+        self.taken = total / len;
+        self.next = (total % len) as usize;
+    }
+
+    fn retired(&self) -> bool {
+        self.size == Some(self.taken)
+    }
+}
+
+/// The groups and, per lane, what a comparison reads: the group's weight,
+/// the samples taken from its next member (+inf once retired) and that
+/// member. Lanes past the last group have weight 0 and +inf taken (an error
+/// of -inf).
 #[derive(Debug)]
-struct Search<const L: usize> {
+struct Lanes {
     groups: Vec<Group>,
-    /// Per lane: the weight, the samples taken from the group's next member
-    /// (+inf once retired) and that member.
     weight: Vec<f64>,
     taken: Vec<f64>,
     source: Vec<u16>,
-    /// Per block: the bound's intercept and slope, `bound(x) = base + x * slope`.
-    base: Vec<f64>,
-    slope: Vec<f64>,
-    bounds: Vec<f64>,
-    /// Added to every bound: the rounding of an error and of a bound.
-    margin: f64,
 }
 
-/// The best lane of a block: its error, source, and lane.
-type Best = (f64, u16, usize);
-
-impl<const L: usize> Search<L> {
-    fn new(mut groups: Vec<Group>, positions: usize) -> Search<L> {
-        // Heaviest first, so a block's weights are close and its bound tight.
-        groups.sort_by(|a, b| {
-            b.weight
-                .total_cmp(&a.weight)
-                .then(a.members[0].cmp(&b.members[0]))
-        });
-        let blocks = groups.len().div_ceil(L);
-        let lanes = blocks * L;
-        let largest = groups.iter().map(|g| g.weight.abs()).fold(0.0, f64::max);
-        let scale = (largest + 1.0) * (positions as f64 + 2.0);
+impl Lanes {
+    /// `lanes` lanes (at least one a group) over `groups` as they stand.
+    fn new(groups: Vec<Group>, lanes: usize) -> Lanes {
         let mut weight = vec![0.0; lanes];
         let mut taken = vec![f64::INFINITY; lanes];
         let mut source = vec![u16::MAX; lanes];
         for (g, group) in groups.iter().enumerate() {
             weight[g] = group.weight;
-            taken[g] = 0.0;
-            source[g] = group.members[0];
+            taken[g] = Lanes::taken_of(group);
+            source[g] = group.members[group.next];
         }
-        let slope = (0..blocks)
-            .map(|b| {
-                weight[b * L..(b + 1) * L]
-                    .iter()
-                    .fold(0.0, |a: f64, &w| a.max(w))
-            })
-            .collect();
-        let mut search = Search {
+        Lanes {
             groups,
             weight,
             taken,
             source,
-            base: vec![0.0; blocks],
-            slope,
-            bounds: vec![0.0; blocks],
-            margin: scale * f64::EPSILON * 64.0,
-        };
-        for b in 0..blocks {
-            search.evaluate(b, 1.0);
         }
-        search
     }
 
-    /// The best (largest error, then lowest source) of block `b` at `x`; the
-    /// block's bound restarts from it.
+    fn taken_of(group: &Group) -> f64 {
+        if group.retired() {
+            f64::INFINITY
+        } else {
+            group.taken as f64
+        }
+    }
+
+    /// The best (largest error, then lowest source) of the `L` lanes from
+    /// `lo` at `x`: its error, source and lane.
     #[inline(always)]
-    fn evaluate(&mut self, b: usize, x: f64) -> Best {
-        let lo = b * L;
+    fn best<const L: usize>(&self, lo: usize, x: f64) -> Best {
         let weight: &[f64; L] = self.weight[lo..lo + L].try_into().unwrap_or(&[0.0; L]);
         let taken: &[f64; L] = self.taken[lo..lo + L].try_into().unwrap_or(&[0.0; L]);
         let source: &[u16; L] = self.source[lo..lo + L].try_into().unwrap_or(&[0; L]);
@@ -155,7 +156,20 @@ impl<const L: usize> Search<L> {
         }
         // Branch-free: which lane is largest is as good as random, and a
         // mispredicted branch per lane would cost more than the arithmetic.
-        let top = error.iter().fold(f64::NEG_INFINITY, |a, &e| a.max(e));
+        // A tree of comparisons rather than a chain: half the latency.
+        let mut top = error;
+        let mut half = L;
+        while half > 1 {
+            half /= 2;
+            for j in 0..half {
+                top[j] = if top[j + half] > top[j] {
+                    top[j + half]
+                } else {
+                    top[j]
+                };
+            }
+        }
+        let top = top[0];
         // The lowest source among the lanes at the top, with its lane.
         let mut key = u32::MAX;
         for j in 0..L {
@@ -163,11 +177,133 @@ impl<const L: usize> Search<L> {
             let off_top = u32::from(error[j] != top).wrapping_neg();
             key = key.min(candidate | off_top);
         }
-        self.base[b] = top - x * self.slope[b] + self.margin;
         (top, (key >> 8) as u16, lo + (key & 0xff) as usize)
     }
 
+    /// Takes a sample of group `g`: returns its index in its source.
+    #[inline(always)]
+    fn take(&mut self, g: usize) -> i64 {
+        let group = &mut self.groups[g];
+        let sample = group.taken;
+        group.next += 1;
+        if group.next == group.members.len() {
+            group.next = 0;
+            group.taken += 1;
+        }
+        self.source[g] = group.members[group.next];
+        self.taken[g] = Lanes::taken_of(group);
+        sample
+    }
+
+    fn totals(&self) -> Vec<i64> {
+        self.groups.iter().map(Group::total).collect()
+    }
+}
+
+/// The best lane of some lanes: its error, source, and lane.
+type Best = (f64, u16, usize);
+
+/// How Megatron's choice is found, position after position, from a state
+/// of samples taken.
+trait Walk {
+    /// The walk over `groups` (heaviest first, as [`groups_of`] gives them)
+    /// from their samples taken so far, at `x`, for `positions` in all.
+    fn start(groups: Vec<Group>, positions: usize, x: f64) -> Self;
     /// The group Megatron takes at `x`, and its source.
+    fn choose(&mut self, x: f64) -> (usize, u16);
+    /// Takes a sample of group `g` at `x`: returns its index in its source.
+    fn take(&mut self, g: usize, x: f64) -> i64;
+    /// Samples taken from each group so far.
+    fn totals(&self) -> Vec<i64>;
+}
+
+/// Every group compared at every position, as Megatron's loop compares its
+/// sources: faster than the blocks up to [`SCAN_UP_TO`] groups, where the
+/// loop's branches are well predicted.
+#[derive(Debug)]
+struct Scan {
+    lanes: Lanes,
+}
+
+impl Walk for Scan {
+    fn start(groups: Vec<Group>, _positions: usize, _x: f64) -> Scan {
+        let lanes = groups.len();
+        Scan {
+            lanes: Lanes::new(groups, lanes),
+        }
+    }
+
+    #[inline(always)]
+    fn choose(&mut self, x: f64) -> (usize, u16) {
+        let l = &self.lanes;
+        let (mut g, mut top, mut source) = (0, l.weight[0] * x - l.taken[0], l.source[0]);
+        for j in 1..l.weight.len() {
+            let e = l.weight[j] * x - l.taken[j];
+            if e > top || (e == top && l.source[j] < source) {
+                (g, top, source) = (j, e, l.source[j]);
+            }
+        }
+        (g, source)
+    }
+
+    #[inline(always)]
+    fn take(&mut self, g: usize, _x: f64) -> i64 {
+        self.lanes.take(g)
+    }
+
+    fn totals(&self) -> Vec<i64> {
+        self.lanes.totals()
+    }
+}
+
+/// The blocked search over groups: lanes in blocks of `L` (the last padded).
+#[derive(Debug)]
+struct Search<const L: usize> {
+    lanes: Lanes,
+    /// Per block: the bound's intercept and slope, `bound(x) = base + x * slope`.
+    base: Vec<f64>,
+    slope: Vec<f64>,
+    bounds: Vec<f64>,
+    /// Added to every bound: the rounding of an error and of a bound.
+    margin: f64,
+}
+
+impl<const L: usize> Search<L> {
+    /// The best of block `b` at `x`; the block's bound restarts from it.
+    #[inline(always)]
+    fn evaluate(&mut self, b: usize, x: f64) -> Best {
+        let best = self.lanes.best::<L>(b * L, x);
+        self.base[b] = best.0 - x * self.slope[b] + self.margin;
+        best
+    }
+}
+
+impl<const L: usize> Walk for Search<L> {
+    fn start(groups: Vec<Group>, positions: usize, x: f64) -> Search<L> {
+        let blocks = groups.len().div_ceil(L);
+        let largest = groups.iter().map(|g| g.weight.abs()).fold(0.0, f64::max);
+        let scale = (largest + 1.0) * (positions as f64 + 2.0);
+        let lanes = Lanes::new(groups, blocks * L);
+        let slope = (0..blocks)
+            .map(|b| {
+                lanes.weight[b * L..(b + 1) * L]
+                    .iter()
+                    .fold(0.0, |a: f64, &w| a.max(w))
+            })
+            .collect();
+        let mut search = Search {
+            lanes,
+            base: vec![0.0; blocks],
+            slope,
+            bounds: vec![0.0; blocks],
+            margin: scale * f64::EPSILON * 64.0,
+        };
+        for b in 0..blocks {
+            search.evaluate(b, x);
+        }
+        search
+    }
+
     #[inline(always)]
     fn choose(&mut self, x: f64) -> (usize, u16) {
         let blocks = self.base.len();
@@ -193,32 +329,28 @@ impl<const L: usize> Search<L> {
         (best.2, best.1)
     }
 
-    /// Takes a sample of group `g` at `x`: returns its index in its source.
     #[inline(always)]
     fn take(&mut self, g: usize, x: f64) -> i64 {
-        let group = &mut self.groups[g];
-        let sample = group.taken;
-        group.next += 1;
-        if group.next == group.members.len() {
-            group.next = 0;
-            group.taken += 1;
-        }
-        self.source[g] = group.members[group.next];
-        self.taken[g] = if group.size == Some(group.taken) {
-            f64::INFINITY
-        } else {
-            group.taken as f64
-        };
+        let sample = self.lanes.take(g);
         self.evaluate(g / L, x);
         sample
     }
+
+    fn totals(&self) -> Vec<i64> {
+        self.lanes.totals()
+    }
 }
 
-/// Fills positions `0..index.len()`: the loop of both variants.
+/// Megatron's `x` at position `i`: `max(i, 1)`.
+fn x_at(i: usize) -> f64 {
+    (i as f64).max(1.0)
+}
+
+/// Fills positions `first..first + index.len()`: the loop of both variants.
 #[inline(always)]
-fn fill_with<const L: usize>(search: &mut Search<L>, index: &mut [i16], sample: &mut [i64]) {
+fn fill_with<W: Walk>(search: &mut W, first: usize, index: &mut [i16], sample: &mut [i64]) {
     for (i, (source_out, sample_out)) in index.iter_mut().zip(sample.iter_mut()).enumerate() {
-        let x = (i as f64).max(1.0);
+        let x = x_at(first + i);
         let (g, source) = search.choose(x);
         *source_out = source as i16;
         *sample_out = search.take(g, x);
@@ -230,24 +362,24 @@ fn fill_with<const L: usize>(search: &mut Search<L>, index: &mut [i16], sample: 
 /// c`, so the errors are rounded as Megatron rounds them.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn fill_avx2<const L: usize>(search: &mut Search<L>, index: &mut [i16], sample: &mut [i64]) {
-    fill_with(search, index, sample);
+fn fill_avx2<W: Walk>(search: &mut W, first: usize, index: &mut [i16], sample: &mut [i64]) {
+    fill_with(search, first, index, sample);
 }
 
-fn fill<const L: usize>(search: &mut Search<L>, index: &mut [i16], sample: &mut [i64]) {
+fn fill<W: Walk>(search: &mut W, first: usize, index: &mut [i16], sample: &mut [i64]) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         #[allow(unsafe_code)]
         // SAFETY: the processor was just seen to have AVX2.
         unsafe {
-            fill_avx2(search, index, sample);
+            fill_avx2(search, first, index, sample);
         }
         return;
     }
-    fill_with(search, index, sample);
+    fill_with(search, first, index, sample);
 }
 
-/// Sources grouped by weight bits (and size).
+/// Sources grouped by weight bits (and size), heaviest first.
 fn groups_of(weights: &[f64], sizes: Option<&[i64]>) -> Vec<Group> {
     let mut keys: Vec<(u64, i64, u16)> = weights
         .iter()
@@ -270,6 +402,12 @@ fn groups_of(weights: &[f64], sizes: Option<&[i64]>) -> Vec<Group> {
             }),
         }
     }
+    // Heaviest first, so a block's weights are close and its bound tight.
+    groups.sort_by(|a, b| {
+        b.weight
+            .total_cmp(&a.weight)
+            .then(a.members[0].cmp(&b.members[0]))
+    });
     groups
 }
 
@@ -299,16 +437,32 @@ pub fn build_blending_indices(
     }
     check_outputs(dataset_index, dataset_sample_index, size)?;
     let groups = groups_of(weights, None);
-    let (index, sample) = (
+    // Weights that do not sum to one leave every guess of the samples taken
+    // wrong for good (the errors drift): one piece.
+    let normalized = (weights.iter().sum::<f64>() - 1.0).abs() <= 1e-9;
+    let piece = if normalized {
+        pieces::length(size)
+    } else {
+        size
+    };
+    fill_blocks(
+        &groups,
         &mut dataset_index[..size],
         &mut dataset_sample_index[..size],
+        piece,
     );
-    if groups.len() >= WIDE_FROM {
-        fill(&mut Search::<WIDE>::new(groups, size), index, sample);
-    } else {
-        fill(&mut Search::<NARROW>::new(groups, size), index, sample);
-    }
     Ok(())
+}
+
+/// Fills both outputs in pieces of `piece` positions: by a scan of every
+/// group up to [`SCAN_UP_TO`] groups, by blocks of eight groups up to
+/// [`WIDE_FROM`], of sixteen from there.
+fn fill_blocks(groups: &[Group], index: &mut [i16], sample: &mut [i64], piece: usize) {
+    match groups.len() {
+        ..=SCAN_UP_TO => pieces::fill_all::<Scan>(groups, index, sample, piece),
+        WIDE_FROM.. => pieces::fill_all::<Search<WIDE>>(groups, index, sample, piece),
+        _ => pieces::fill_all::<Search<NARROW>>(groups, index, sample, piece),
+    }
 }
 
 /// `helpers_cpp.build_exhaustive_blending_indices`: fills the first
@@ -335,15 +489,12 @@ pub fn build_exhaustive_blending_indices(
     let total = total as usize;
     check_outputs(dataset_index, dataset_sample_index, total)?;
     let groups = groups_of(&weights, Some(sizes));
-    let (index, sample) = (
+    fill_blocks(
+        &groups,
         &mut dataset_index[..total],
         &mut dataset_sample_index[..total],
+        pieces::length(total),
     );
-    if groups.len() >= WIDE_FROM {
-        fill(&mut Search::<WIDE>::new(groups, total), index, sample);
-    } else {
-        fill(&mut Search::<NARROW>::new(groups, total), index, sample);
-    }
     Ok(())
 }
 

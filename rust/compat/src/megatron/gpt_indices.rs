@@ -385,6 +385,7 @@ mod tests {
 
     #[test]
     fn one_call_builds_the_same_bytes_on_any_thread_count() {
+        let _threads = crate::test_threads_lock();
         let n: i32 = 600_000;
         let sizes: Vec<i32> = (0..i64::from(n))
             .map(|i| (i * 7919 % 2000) as i32)
