@@ -484,3 +484,55 @@ def test_a_signal_handled_inside_a_callback_still_stops_the_command(
     )
     assert (proc.returncode, proc.stderr.strip()) == (code, message)
     assert not (tmp_path / "p").exists()
+
+
+_SIGNAL_WHILE_A_CLASS_IS_CREATED = """
+import importlib, os, signal, sys
+
+cli_main = importlib.import_module("epochplan.cli.main")
+
+build_parser = cli_main.build_parser
+signum = int(sys.argv.pop(1))
+
+
+class SignalledWhileNamed:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signum)
+        for _ in range(10_000):  # the handler runs here, inside __set_name__
+            pass
+
+
+def build_then_signal_while_a_class_is_created():
+    parser = build_parser()
+    type("Created", (), {"attribute": SignalledWhileNamed()})
+    return parser
+
+
+cli_main.build_parser = build_then_signal_while_a_class_is_created
+sys.exit(cli_main.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "message"),
+    [
+        (signal.SIGINT, 130, "epochplan: interrupted"),
+        (signal.SIGTERM, 143, "epochplan: terminated by SIGTERM"),
+    ],
+)
+def test_a_signal_met_while_a_class_is_created_still_stops_the_command(
+    tmp_path: Path, sig: signal.Signals, code: int, message: str
+) -> None:
+    # Python 3.11 wraps an exception raised in a descriptor's __set_name__
+    # in a RuntimeError (an import creates classes, which is where a signal
+    # at start-up can land): the command must stop as documented all the same.
+    command = ["plan", "-n", "1e6", "--out", str(tmp_path / "p")]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_WHILE_A_CLASS_IS_CREATED, str(int(sig)), *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_default_signals,
+    )
+    assert (proc.returncode, proc.stderr.strip()) == (code, message)
+    assert not (tmp_path / "p").exists()

@@ -150,14 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         # below rather than at exit (stdout to a pipe is block-buffered).
         sys.stdout.flush()
         return code
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except _Terminated as e:
-        import signal
-
-        print(f"{prog}: terminated by {signal.Signals(e.signum).name}", file=sys.stderr)
-        return 128 + e.signum
+    except (KeyboardInterrupt, _Terminated) as e:
+        return _stopped(prog, e)
     except BrokenPipeError:
         # The reader of the output went away (``epochplan permute | head``):
         # stop quietly, as a tool killed by SIGPIPE would, without a second
@@ -168,6 +162,29 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 128 + signal.SIGPIPE
+    except Exception as e:
+        # Python 3.11 wraps an exception raised while a class is created (in
+        # a descriptor's __set_name__) in a RuntimeError: a signal that
+        # arrives while the commands are imported can be met there.
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, (KeyboardInterrupt, _Terminated)):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        return _stopped(prog, cause)
+
+
+def _stopped(prog: str, by: BaseException) -> int:
+    """Reports a stop by Ctrl-C (``KeyboardInterrupt``) or by SIGTERM or
+    SIGHUP (``_Terminated``); returns the exit status a shell gives a
+    process killed by that signal."""
+    if isinstance(by, _Terminated):
+        import signal
+
+        print(f"{prog}: terminated by {signal.Signals(by.signum).name}", file=sys.stderr)
+        return 128 + by.signum
+    print(f"{prog}: interrupted", file=sys.stderr)
+    return 130
 
 
 def _run(args: argparse.Namespace, prog: str) -> int:
