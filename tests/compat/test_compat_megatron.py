@@ -123,12 +123,21 @@ def test_blending_indices_are_megatrons(kind, k, size):
     same(outs[0][1], outs[1][1])
 
 
-def test_unnormalized_weights_are_megatrons_too():
-    w = np.array([2.0, 3.0, 0.5, 7.0])
+@pytest.mark.parametrize(
+    ("w", "size"),
+    [
+        ([2.0, 3.0, 0.5, 7.0], 3000),
+        # Errors past 2^52, where a double cannot tell e from e - 1: sources
+        # of equal weight are not taken round robin there.
+        ([1e10, 1e10, 3.0], 1_000_000),
+    ],
+)
+def test_unnormalized_weights_are_megatrons_too(w, size):
+    w = np.array(w)
     outs = []
     for build in (em.build_blending_indices, helpers_cpp.build_blending_indices):
-        index, sample = np.zeros(3000, np.int16), np.zeros(3000, np.int64)
-        build(index, sample, w, 4, 3000, False)
+        index, sample = np.zeros(size, np.int16), np.zeros(size, np.int64)
+        build(index, sample, w, len(w), size, False)
         outs.append((index, sample))
     same(outs[0][0], outs[1][0])
     same(outs[0][1], outs[1][1])

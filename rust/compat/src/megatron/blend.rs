@@ -1,6 +1,6 @@
 //! megatron-core's blending indices (`helpers_cpp.build_blending_indices` and
-//! `build_exhaustive_blending_indices`), bit for bit, without an O(K) scan
-//! per sample.
+//! `build_exhaustive_blending_indices`), bit for bit, and from 33 groups of
+//! sources without an O(K) scan per sample.
 //!
 //! At position `i` Megatron takes the next sample of the source `k` whose
 //! error `w_k * max(i, 1) - c_k` is largest (double precision, `c_k` the
@@ -42,7 +42,7 @@ const SCAN_UP_TO: usize = 32;
 /// The largest number of sources: the dataset index is int16.
 pub const MAX_DATASETS: usize = i16::MAX as usize;
 
-/// Checks the output arrays and returns the number of positions to fill.
+/// Checks that both output arrays hold at least `size` entries.
 fn check_outputs(dataset_index: &[i16], dataset_sample_index: &[i64], size: usize) -> Result<()> {
     for (name, len) in [
         ("dataset_index", dataset_index.len()),
@@ -357,8 +357,8 @@ fn fill_with<W: Walk>(search: &mut W, first: usize, index: &mut [i16], sample: &
     }
 }
 
-/// [`fill_with`] compiled for AVX2, whose wider vectors evaluate a block in
-/// two instructions. (No fused multiply-add: Rust never contracts `a * x -
+/// [`fill_with`] compiled for AVX2, whose wider vectors evaluate a block of
+/// the [`Search`] in two instructions (the [`Scan`] neither gains nor loses). (No fused multiply-add: Rust never contracts `a * x -
 /// c`, so the errors are rounded as Megatron rounds them.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
@@ -379,8 +379,15 @@ fn fill<W: Walk>(search: &mut W, first: usize, index: &mut [i16], sample: &mut [
     fill_with(search, first, index, sample);
 }
 
-/// Sources grouped by weight bits (and size), heaviest first.
-fn groups_of(weights: &[f64], sizes: Option<&[i64]>) -> Vec<Group> {
+/// Sources grouped by weight bits (and size), heaviest first, for a blend
+/// of `positions`. A group is taken round robin because a member's error
+/// falls by exactly one per sample taken; past 2^52 in magnitude a double
+/// cannot tell `e` from `e - 1`, so when an error could get there (huge
+/// weights) every source is its own group.
+fn groups_of(weights: &[f64], sizes: Option<&[i64]>, positions: usize) -> Vec<Group> {
+    let largest = weights.iter().fold(0.0, |a: f64, w| a.max(w.abs()));
+    let n = positions as f64;
+    let together = largest * (n + 1.0) + n < 2f64.powi(52);
     let mut keys: Vec<(u64, i64, u16)> = weights
         .iter()
         .enumerate()
@@ -390,7 +397,7 @@ fn groups_of(weights: &[f64], sizes: Option<&[i64]>) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     for (bits, size, k) in keys {
         match groups.last_mut() {
-            Some(g) if g.weight.to_bits() == bits && g.size.unwrap_or(0) == size => {
+            Some(g) if together && g.weight.to_bits() == bits && g.size.unwrap_or(0) == size => {
                 g.members.push(k);
             }
             _ => groups.push(Group {
@@ -436,9 +443,9 @@ pub fn build_blending_indices(
         )));
     }
     check_outputs(dataset_index, dataset_sample_index, size)?;
-    let groups = groups_of(weights, None);
-    // Weights that do not sum to one leave every guess of the samples taken
-    // wrong for good (the errors drift): one piece.
+    let groups = groups_of(weights, None, size);
+    // With weights that do not sum to one the errors drift, and a guess of
+    // the samples taken rarely meets the true walk: one piece.
     let normalized = (weights.iter().sum::<f64>() - 1.0).abs() <= 1e-9;
     let piece = if normalized {
         pieces::length(size)
@@ -488,7 +495,7 @@ pub fn build_exhaustive_blending_indices(
     let weights: Vec<f64> = sizes.iter().map(|&s| s as f64 / total as f64).collect();
     let total = total as usize;
     check_outputs(dataset_index, dataset_sample_index, total)?;
-    let groups = groups_of(&weights, Some(sizes));
+    let groups = groups_of(&weights, Some(sizes), total);
     fill_blocks(
         &groups,
         &mut dataset_index[..total],
@@ -601,18 +608,34 @@ mod tests {
     fn many_groups_take_wide_blocks_and_match_the_loop() {
         let raw: Vec<f64> = (1..=700).map(|k| f64::from(k % 97 + k)).collect();
         let w = normalized(&raw);
-        assert!(groups_of(&w, None).len() >= WIDE_FROM);
+        assert!(groups_of(&w, None, 20_000).len() >= WIDE_FROM);
         assert_eq!(fast(&w, 20_000), reference_blending_indices(&w, 20_000));
         let sizes: Vec<i64> = (1..=600).collect();
         let total: i64 = sizes.iter().sum();
         let weights: Vec<f64> = sizes.iter().map(|&s| s as f64 / total as f64).collect();
-        assert!(groups_of(&weights, Some(&sizes)).len() >= WIDE_FROM);
+        assert!(groups_of(&weights, Some(&sizes), total as usize).len() >= WIDE_FROM);
         let mut index = vec![0i16; total as usize];
         let mut sample = vec![0i64; total as usize];
         build_exhaustive_blending_indices(&mut index, &mut sample, &sizes, 600).unwrap();
         assert_eq!(
             (index, sample),
             reference_exhaustive_blending_indices(&sizes)
+        );
+    }
+
+    #[test]
+    fn huge_weights_are_not_taken_round_robin() {
+        // 1e17 - 1 == 1e17 in doubles: Megatron takes source 0 every time.
+        assert_eq!(
+            fast(&[1e17, 1e17], 4),
+            reference_blending_indices(&[1e17, 1e17], 4)
+        );
+        assert_eq!(fast(&[1e17, 1e17], 4).0, [0, 0, 0, 0]);
+        // Errors pass 2^52 at position 450,360 or so.
+        let w = [1e10, 1e10, 3.0];
+        assert_eq!(
+            fast(&w, 1_000_000),
+            reference_blending_indices(&w, 1_000_000)
         );
     }
 

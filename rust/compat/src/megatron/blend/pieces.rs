@@ -2,9 +2,10 @@
 //! the samples taken before it and mended where the guess was wrong.
 //!
 //! A position's choice depends only on the samples taken so far. With
-//! weights that sum to one every error stays within about half a sample of
-//! zero, so the samples taken before position `s` are almost always the
-//! apportionment of `s` by largest remainders, and where they are not, two
+//! non-negative weights that sum to one each source's samples taken stay
+//! within about a sample of its share `w * s`, so the samples taken before
+//! position `s` are almost always the apportionment of `s` by largest
+//! remainders (measured: `benches/NOTES.md`), and where they are not, two
 //! runs of the rule from the two states agree again within a few positions:
 //! from the first position where they have taken the same samples, they make
 //! the same choices. So every piece but the first is filled from that guess,
@@ -136,17 +137,19 @@ fn taking(groups: &[Group], totals: &[i64]) -> Vec<Group> {
 /// A guess of the samples each group has taken before position `s`: each
 /// member's share `w * s` rounded down, then one more for the members of
 /// largest remainder until `s` are given (lowest group first on ties),
-/// never more than a member's size. The sum is at most `s`, so the
-/// exhaustive variant has every position's sample left.
+/// never more than a member's size or `s`; then, if the shares passed `s`,
+/// some taken back. The sum is at most `s`, so the exhaustive variant has
+/// every position's sample left.
 fn guess(groups: &[Group], s: usize) -> Vec<i64> {
     let x = s as f64;
     let cap = |g: &Group| g.size.unwrap_or(i64::MAX);
     let mut totals: Vec<i64> = groups
         .iter()
         .map(|g| {
-            // `as` saturates: a negative or vast share stays in range.
-            let floor = ((g.weight * x).floor() as i64).clamp(0, cap(g));
-            floor.saturating_mul(g.members.len() as i64)
+            // No member has taken more than `s` (`as` saturates a vast or
+            // negative share), so no total comes near overflow.
+            let floor = ((g.weight * x).floor() as i64).clamp(0, cap(g).min(s as i64));
+            floor * g.members.len() as i64
         })
         .collect();
     let remainder = |g: usize| {
@@ -155,7 +158,7 @@ fn guess(groups: &[Group], s: usize) -> Vec<i64> {
     };
     let mut order: Vec<usize> = (0..groups.len()).collect();
     order.sort_by(|&a, &b| remainder(b).total_cmp(&remainder(a)).then(a.cmp(&b)));
-    let given = totals.iter().fold(0i64, |a, &t| a.saturating_add(t));
+    let given: i64 = totals.iter().sum();
     let mut left = s as i64 - given;
     for &g in &order {
         if left <= 0 {
@@ -199,7 +202,7 @@ mod tests {
     fn in_pieces(weights: &[f64], size: usize, piece: usize, scan: bool) -> (Vec<i16>, Vec<i64>) {
         let mut index = vec![0i16; size];
         let mut sample = vec![0i64; size];
-        let groups = groups_of(weights, None);
+        let groups = groups_of(weights, None, size);
         if scan {
             fill_all::<Scan>(&groups, &mut index, &mut sample, piece);
         } else {
@@ -211,9 +214,29 @@ mod tests {
     #[test]
     fn the_guess_gives_every_position_once() {
         let w: Vec<f64> = (1..=50).map(|k| f64::from(k) / 1275.0).collect();
-        let groups = groups_of(&w, None);
+        let groups = groups_of(&w, None, 200_000);
         for s in [1, 7, 1000, 123_457] {
             assert_eq!(guess(&groups, s).iter().sum::<i64>(), s as i64);
+        }
+    }
+
+    #[test]
+    fn vast_weights_that_sum_to_one_leave_the_guess_in_range() {
+        // Shares of 2^301 * s: each member's guess is capped at s samples,
+        // then taken back to s in all (a total of i64::MAX would overflow).
+        let a = 2f64.powi(300);
+        let w = [2.0 * a, a, -3.0 * a, 1.0];
+        assert_eq!(w.iter().sum::<f64>(), 1.0);
+        let groups = groups_of(&w, None, 4000);
+        assert!(guess(&groups, 1000)
+            .iter()
+            .all(|&t| (0..=1000).contains(&t)));
+        assert_eq!(guess(&groups, 1000).iter().sum::<i64>(), 1000);
+        for scan in [false, true] {
+            assert_eq!(
+                in_pieces(&w, 4000, 1000, scan),
+                reference_blending_indices(&w, 4000)
+            );
         }
     }
 
@@ -274,7 +297,7 @@ mod tests {
         ) {
             let total: i64 = sizes.iter().sum();
             let weights: Vec<f64> = sizes.iter().map(|&s| s as f64 / total as f64).collect();
-            let groups = groups_of(&weights, Some(&sizes));
+            let groups = groups_of(&weights, Some(&sizes), total as usize);
             let mut index = vec![0i16; total as usize];
             let mut sample = vec![0i64; total as usize];
             if scan {
