@@ -631,7 +631,8 @@ mod tests {
             reference_blending_indices(&[1e17, 1e17], 4)
         );
         assert_eq!(fast(&[1e17, 1e17], 4).0, [0, 0, 0, 0]);
-        // Errors pass 2^52 at position 450,360 or so.
+        // Errors pass 2^53 near position 900,721: from there Megatron no
+        // longer alternates between the two sources of equal weight.
         let w = [1e10, 1e10, 3.0];
         assert_eq!(
             fast(&w, 1_000_000),
