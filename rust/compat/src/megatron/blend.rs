@@ -381,8 +381,8 @@ fn fill<W: Walk>(search: &mut W, first: usize, index: &mut [i16], sample: &mut [
 
 /// Sources grouped by weight bits (and size), heaviest first, for a blend
 /// of `positions`. A group is taken round robin because a member's error
-/// falls by exactly one per sample taken; past 2^52 in magnitude a double
-/// cannot tell `e` from `e - 1`, so when an error could get there (huge
+/// falls by exactly one per sample taken; from 2^53 in magnitude a double
+/// cannot tell `e` from `e - 1`, so when an error could pass 2^52 (huge
 /// weights) every source is its own group.
 fn groups_of(weights: &[f64], sizes: Option<&[i64]>, positions: usize) -> Vec<Group> {
     let largest = weights.iter().fold(0.0, |a: f64, w| a.max(w.abs()));
