@@ -2,7 +2,7 @@
 megatron-core 0.16.1's own code and compiled helpers, in one run.
 
 Run ``python benches/bench_megatron.py`` (``--help`` for options; wrap it in
-``flock /tmp/epochplan-bench.lock`` on a shared machine). Two cases:
+``flock /tmp/epochplan-bench.lock`` on a shared machine). Three cases:
 
 - ``gpt``: a GPTDataset's three indices for one epoch of ``--docs``
   documents of 1 to 2,000 tokens (about 10^3 tokens each, so 10^11 tokens at
@@ -12,6 +12,9 @@ Run ``python benches/bench_megatron.py`` (``--help`` for options; wrap it in
   against ``build_gpt_indices``.
 - ``blend``: ``helpers_cpp.build_blending_indices`` against ours, ``--sources``
   sources of uniformly random weights, ``--blend-samples`` samples.
+- ``exhaustive``: ``helpers_cpp.build_exhaustive_blending_indices`` against
+  ours, ``--sources`` sources of uniformly random sizes (1 to twice their
+  mean) that sum to about ``--blend-samples``.
 
 Each (case, implementation) runs in a fresh subprocess, inputs made before
 the clock starts, so its peak RSS delta (peak resident memory during the
@@ -103,6 +106,25 @@ def child(case: str, impl: str, a: argparse.Namespace) -> None:
                 return _megatron_gpt(lengths, docs, a.seq_length, 1234)
             return tuple(em.build_gpt_indices(lengths, docs, None, a.seq_length, 1234))
 
+    elif case == "exhaustive":
+        k, size = a.sources, int(float(a.blend_samples))
+        sizes = rng.integers(1, 2 * size // k + 1, k).astype(np.int64)
+        if impl == "megatron":
+            from megatron.core.datasets.helpers_cpp import (
+                build_exhaustive_blending_indices as exhaustive,
+            )
+        else:
+            exhaustive = em.build_exhaustive_blending_indices
+        small = np.full(k, 8, np.int64)
+        exhaustive(np.zeros(8 * k, np.int16), np.zeros(8 * k, np.int64), small, k)
+
+        def run() -> tuple:
+            total = int(sizes.sum())
+            index = np.zeros(total, dtype=np.int16)
+            sample = np.zeros(total, dtype=np.int64)
+            exhaustive(index, sample, sizes, k)
+            return index, sample
+
     else:
         k, size = a.sources, int(float(a.blend_samples))
         w = rng.random(k)
@@ -181,11 +203,12 @@ def main() -> None:
     )
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for case in a.cases.split(","):
-        label = (
-            f"GPT indices, {float(a.docs):.0e} docs, S={a.seq_length}"
-            if case == "gpt"
-            else f"blending, K={a.sources}, {float(a.blend_samples):.0e} samples"
-        )
+        label = {
+            "gpt": f"GPT indices, {float(a.docs):.0e} docs, S={a.seq_length}",
+            "blend": f"blending, K={a.sources}, {float(a.blend_samples):.0e} samples",
+            "exhaustive": f"exhaustive blending, K={a.sources}, "
+            f"about {float(a.blend_samples):.0e} samples",
+        }[case]
         results = {impl: _run_child(case, impl, a) for impl in ("megatron", "epochplan")}
         same = results["megatron"]["digest"] == results["epochplan"]["digest"]
         wall_ref = statistics.median(results["megatron"]["times"])

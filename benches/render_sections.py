@@ -430,10 +430,12 @@ def megatron_block(t: Tables) -> str:
     ]
     cells = []
     for r in _rows(t, "indices"):
-        if r["case"] == "gpt":
-            case = f"GPT indices, {size_text(p['docs'])} docs, S={p['seq_length']}"
-        else:
-            case = f"blending, K={p['sources']}, {size_text(p['blend_samples'])} samples"
+        k, size = p["sources"], size_text(p["blend_samples"])
+        case = {
+            "gpt": f"GPT indices, {size_text(p['docs'])} docs, S={p['seq_length']}",
+            "blend": f"blending, K={k}, {size} samples",
+            "exhaustive": f"exhaustive blending, K={k}, about {size} samples",
+        }[r["case"]]
         if r["implementation"] == "megatron":
             impl = f"megatron-core {p['megatron_core']}"
         else:

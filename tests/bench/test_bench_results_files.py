@@ -47,6 +47,8 @@ RUNS = [
     ("packing", ["--tiny", "--part", "schedule"], ()),
     ("megatron_1e7", ["--docs", "2e4", "--blend-samples", "2e4", "--repeats", "1"],
      ("megatron.core",)),
+    ("megatron_exhaustive", ["--cases", "exhaustive", "--blend-samples", "2e4",
+                             "--repeats", "1"], ("megatron.core",)),
 ]  # fmt: skip
 
 
