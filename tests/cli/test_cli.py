@@ -518,12 +518,13 @@ sys.exit(cli_main.main(sys.argv[1:]))
     [
         (signal.SIGINT, 130, "epochplan: interrupted"),
         (signal.SIGTERM, 143, "epochplan: terminated by SIGTERM"),
+        (signal.SIGHUP, 129, "epochplan: terminated by SIGHUP"),
     ],
 )
 def test_a_signal_met_while_a_class_is_created_still_stops_the_command(
     tmp_path: Path, sig: signal.Signals, code: int, message: str
 ) -> None:
-    # Python 3.11 wraps an exception raised in a descriptor's __set_name__
+    # Python up to 3.11 wraps an exception raised in a descriptor's __set_name__
     # in a RuntimeError (an import creates classes, which is where a signal
     # at start-up can land): the command must stop as documented all the same.
     command = ["plan", "-n", "1e6", "--out", str(tmp_path / "p")]
@@ -536,3 +537,32 @@ def test_a_signal_met_while_a_class_is_created_still_stops_the_command(
     )
     assert (proc.returncode, proc.stderr.strip()) == (code, message)
     assert not (tmp_path / "p").exists()
+
+
+_ERROR_CAUSED_BY_ITSELF = """
+import importlib, sys
+
+cli_main = importlib.import_module("epochplan.cli.main")
+
+
+def build_parser():
+    error = ValueError("its own cause")
+    raise error from error
+
+
+cli_main.build_parser = build_parser
+sys.exit(cli_main.main(sys.argv[1:]))
+"""
+
+
+def test_an_error_that_is_its_own_cause_is_raised_as_before() -> None:
+    # The search for a signal behind an error must end on a loop of causes.
+    proc = subprocess.run(
+        [sys.executable, "-c", _ERROR_CAUSED_BY_ITSELF, "plan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_default_signals,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().endswith("ValueError: its own cause")

@@ -163,15 +163,26 @@ def main(argv: list[str] | None = None) -> int:
         os.close(devnull)
         return 128 + signal.SIGPIPE
     except Exception as e:
-        # Python 3.11 wraps an exception raised while a class is created (in
-        # a descriptor's __set_name__) in a RuntimeError: a signal that
+        # Python up to 3.11 wraps an exception raised while a class is created
+        # (in a descriptor's __set_name__) in a RuntimeError: a signal that
         # arrives while the commands are imported can be met there.
-        cause = e.__cause__
-        while cause is not None and not isinstance(cause, (KeyboardInterrupt, _Terminated)):
-            cause = cause.__cause__
-        if cause is None:
+        signal_stop = _signal_behind(e)
+        if signal_stop is None:
             raise
-        return _stopped(prog, cause)
+        return _stopped(prog, signal_stop)
+
+
+def _signal_behind(error: BaseException) -> BaseException | None:
+    """The ``KeyboardInterrupt`` or ``_Terminated`` in the chain of
+    ``error``'s causes, if any (a chain may loop: ``raise e from e``)."""
+    seen = set()
+    cause = error.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (KeyboardInterrupt, _Terminated)):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
 
 
 def _stopped(prog: str, by: BaseException) -> int:
