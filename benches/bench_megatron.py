@@ -12,9 +12,10 @@ Run ``python benches/bench_megatron.py`` (``--help`` for options; wrap it in
   against ``build_gpt_indices``.
 - ``blend``: ``helpers_cpp.build_blending_indices`` against ours, ``--sources``
   sources of uniformly random weights, ``--blend-samples`` samples.
-- ``exhaustive``: ``helpers_cpp.build_exhaustive_blending_indices`` against
-  ours, ``--sources`` sources of uniformly random sizes (1 to twice their
-  mean) that sum to about ``--blend-samples``.
+- ``exhaustive`` (only when named in ``--cases``):
+  ``helpers_cpp.build_exhaustive_blending_indices`` against ours,
+  ``--sources`` sources of uniformly random sizes that sum to
+  ``--blend-samples``.
 
 Each (case, implementation) runs in a fresh subprocess, inputs made before
 the clock starts, so its peak RSS delta (peak resident memory during the
@@ -108,7 +109,11 @@ def child(case: str, impl: str, a: argparse.Namespace) -> None:
 
     elif case == "exhaustive":
         k, size = a.sources, int(float(a.blend_samples))
-        sizes = rng.integers(1, 2 * size // k + 1, k).astype(np.int64)
+        # Shares of uniformly random weights, each at least 1, the rounding
+        # given to the last: exactly `size` samples in all.
+        w = rng.random(k)
+        sizes = np.maximum(np.floor(w / w.sum() * (size - k)), 0).astype(np.int64) + 1
+        sizes[-1] += size - int(sizes.sum())
         if impl == "megatron":
             from megatron.core.datasets.helpers_cpp import (
                 build_exhaustive_blending_indices as exhaustive,
@@ -176,7 +181,7 @@ def main() -> None:
     p.add_argument("--cases", default="gpt,blend")
     p.add_argument("--docs", default="1e7", help="documents of the gpt case")
     p.add_argument("--seq-length", type=int, default=4096)
-    p.add_argument("--sources", type=int, default=128, help="sources of the blend case")
+    p.add_argument("--sources", type=int, default=128, help="sources of the blend cases")
     p.add_argument("--blend-samples", default="1e7")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
@@ -184,6 +189,8 @@ def main() -> None:
     )
     p.add_argument("--child", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args()
+    if "exhaustive" in a.cases.split(",") and int(float(a.blend_samples)) < a.sources:
+        p.error("the exhaustive case needs --blend-samples of at least --sources")
     if a.child:
         child(a.child[0], a.child[1], a)
         return
@@ -207,7 +214,7 @@ def main() -> None:
             "gpt": f"GPT indices, {float(a.docs):.0e} docs, S={a.seq_length}",
             "blend": f"blending, K={a.sources}, {float(a.blend_samples):.0e} samples",
             "exhaustive": f"exhaustive blending, K={a.sources}, "
-            f"about {float(a.blend_samples):.0e} samples",
+            f"{float(a.blend_samples):.0e} samples",
         }[case]
         results = {impl: _run_child(case, impl, a) for impl in ("megatron", "epochplan")}
         same = results["megatron"]["digest"] == results["epochplan"]["digest"]

@@ -434,7 +434,7 @@ def megatron_block(t: Tables) -> str:
         case = {
             "gpt": f"GPT indices, {size_text(p['docs'])} docs, S={p['seq_length']}",
             "blend": f"blending, K={k}, {size} samples",
-            "exhaustive": f"exhaustive blending, K={k}, about {size} samples",
+            "exhaustive": f"exhaustive blending, K={k}, {size} samples",
         }[r["case"]]
         if r["implementation"] == "megatron":
             impl = f"megatron-core {p['megatron_core']}"
