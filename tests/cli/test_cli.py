@@ -474,16 +474,24 @@ def test_a_signal_handled_inside_a_callback_still_stops_the_command(
     # Python drops an exception raised inside a weakref callback (the import
     # system runs such callbacks, which is where a signal at start-up can
     # land): the command must stop all the same, without the report.
+    proc = _plan_signalled_by(_SIGNAL_IN_A_CALLBACK, sig, tmp_path)
+    assert (proc.returncode, proc.stderr.strip()) == (code, message)
+    assert not (tmp_path / "p").exists()
+
+
+def _plan_signalled_by(
+    script: str, sig: signal.Signals, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``script`` (which signals itself with its first argument) as
+    ``epochplan plan`` writing to ``tmp_path / "p"``."""
     command = ["plan", "-n", "1e6", "--out", str(tmp_path / "p")]
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_IN_A_CALLBACK, str(int(sig)), *command],
+    return subprocess.run(
+        [sys.executable, "-c", script, str(int(sig)), *command],
         capture_output=True,
         text=True,
         timeout=120,
         preexec_fn=_default_signals,
     )
-    assert (proc.returncode, proc.stderr.strip()) == (code, message)
-    assert not (tmp_path / "p").exists()
 
 
 _SIGNAL_WHILE_A_CLASS_IS_CREATED = """
@@ -527,14 +535,7 @@ def test_a_signal_met_while_a_class_is_created_still_stops_the_command(
     # Python up to 3.11 wraps an exception raised in a descriptor's __set_name__
     # in a RuntimeError (an import creates classes, which is where a signal
     # at start-up can land): the command must stop as documented all the same.
-    command = ["plan", "-n", "1e6", "--out", str(tmp_path / "p")]
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_WHILE_A_CLASS_IS_CREATED, str(int(sig)), *command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=_default_signals,
-    )
+    proc = _plan_signalled_by(_SIGNAL_WHILE_A_CLASS_IS_CREATED, sig, tmp_path)
     assert (proc.returncode, proc.stderr.strip()) == (code, message)
     assert not (tmp_path / "p").exists()
 
