@@ -145,8 +145,9 @@ def test_unnormalized_weights_are_megatrons_too(w, size):
 
 @pytest.mark.parametrize(("kind", "k", "threads"), [("uniform", 128, 2), ("lognormal", 6, 3)])
 def test_long_blends_filled_in_pieces_are_megatrons(kind, k, threads):
-    # From 2**20 positions a blend is filled in pieces, one a thread, each
-    # from a guess of the samples taken before it, then mended in order.
+    # From 2**20 positions a blend is filled in pieces (one a thread, or 32 a
+    # thread in vector lanes with AVX-512), each from a guess of the samples
+    # taken before it, then mended in order.
     w = _weights(kind, k, np.random.default_rng(k))
     size = 3 * 2**20 + 4321
     ep.set_num_threads(threads)

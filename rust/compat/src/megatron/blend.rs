@@ -27,6 +27,8 @@
 
 use epochplan_core::{Error, Result};
 
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod pieces;
 
 /// Groups per block: 8 up to [`WIDE_FROM`] groups, 16 from there (measured:
@@ -447,29 +449,55 @@ pub fn build_blending_indices(
     // With weights that do not sum to one the errors drift, and a guess of
     // the samples taken rarely meets the true walk: one piece.
     let normalized = (weights.iter().sum::<f64>() - 1.0).abs() <= 1e-9;
-    let piece = if normalized {
-        pieces::length(size)
-    } else {
-        size
-    };
-    fill_blocks(
+    fill_blend(
         &groups,
+        (weights, None),
         &mut dataset_index[..size],
         &mut dataset_sample_index[..size],
-        piece,
+        normalized,
     );
     Ok(())
 }
 
-/// Fills both outputs in pieces of `piece` positions: by a scan of every
-/// group up to [`SCAN_UP_TO`] groups, by blocks of eight groups up to
-/// [`WIDE_FROM`], of sixteen from there.
-fn fill_blocks(groups: &[Group], index: &mut [i16], sample: &mut [i64], piece: usize) {
+/// Fills both outputs, in pieces if `in_pieces`: 32 pieces a thread in
+/// vector lanes where the CPU has AVX-512 (the `lanes` module), else one a
+/// thread by a scan of every group up to [`SCAN_UP_TO`] groups, by blocks of
+/// eight groups up to [`WIDE_FROM`], of sixteen from there. `sources` are
+/// the weights and, for the exhaustive variant, the sizes.
+fn fill_blend(
+    groups: &[Group],
+    sources: (&[f64], Option<&[i64]>),
+    index: &mut [i16],
+    sample: &mut [i64],
+    in_pieces: bool,
+) {
     match groups.len() {
-        ..=SCAN_UP_TO => pieces::fill_all::<Scan>(groups, index, sample, piece),
-        WIDE_FROM.. => pieces::fill_all::<Search<WIDE>>(groups, index, sample, piece),
-        _ => pieces::fill_all::<Search<NARROW>>(groups, index, sample, piece),
+        ..=SCAN_UP_TO => fill_walk::<Scan>(groups, sources, index, sample, in_pieces),
+        WIDE_FROM.. => fill_walk::<Search<WIDE>>(groups, sources, index, sample, in_pieces),
+        _ => fill_walk::<Search<NARROW>>(groups, sources, index, sample, in_pieces),
     }
+}
+
+/// [`fill_blend`] with the walk `W` (of each piece, or of its mend).
+fn fill_walk<W: Walk>(
+    groups: &[Group],
+    (weights, sizes): (&[f64], Option<&[i64]>),
+    index: &mut [i16],
+    sample: &mut [i64],
+    in_pieces: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if in_pieces && lanes::suit(groups.len(), weights.len(), index.len()) {
+        lanes::fill_all::<W>(groups, weights, sizes, index, sample);
+        return;
+    }
+    let _ = (weights, sizes);
+    let piece = if in_pieces {
+        pieces::length(index.len())
+    } else {
+        index.len()
+    };
+    pieces::fill_all::<W>(groups, index, sample, piece);
 }
 
 /// `helpers_cpp.build_exhaustive_blending_indices`: fills the first
@@ -496,11 +524,12 @@ pub fn build_exhaustive_blending_indices(
     let total = total as usize;
     check_outputs(dataset_index, dataset_sample_index, total)?;
     let groups = groups_of(&weights, Some(sizes), total);
-    fill_blocks(
+    fill_blend(
         &groups,
+        (&weights, Some(sizes)),
         &mut dataset_index[..total],
         &mut dataset_sample_index[..total],
-        pieces::length(total),
+        true,
     );
     Ok(())
 }

@@ -28,12 +28,12 @@ pub(super) fn length(positions: usize) -> usize {
 
 /// One piece: its outputs, its first position, the samples taken before it
 /// (guessed but for the first piece) and, once filled, those taken after it.
-struct Piece<'a> {
-    index: &'a mut [i16],
-    sample: &'a mut [i64],
-    first: usize,
-    before: Vec<i64>,
-    after: Vec<i64>,
+pub(super) struct Piece<'a> {
+    pub(super) index: &'a mut [i16],
+    pub(super) sample: &'a mut [i64],
+    pub(super) first: usize,
+    pub(super) before: Vec<i64>,
+    pub(super) after: Vec<i64>,
 }
 
 /// Fills both outputs (from position 0) in pieces of `piece` positions, in
@@ -92,7 +92,7 @@ pub(super) fn fill_all<W: Walk>(
 /// Rewrites piece `p`'s positions with the rule walked from `truth` (the
 /// samples truly taken before it) until that walk and the piece's own have
 /// taken the same samples; returns the samples truly taken after the piece.
-fn mend<W: Walk>(
+pub(super) fn mend<W: Walk>(
     groups: &[Group],
     group_of: &[u32],
     mut truth: Vec<i64>,
@@ -140,7 +140,7 @@ fn taking(groups: &[Group], totals: &[i64]) -> Vec<Group> {
 /// never more than a member's size or `s`; then, if the shares passed `s`,
 /// some taken back. The sum is at most `s`, so the exhaustive variant has
 /// every position's sample left.
-fn guess(groups: &[Group], s: usize) -> Vec<i64> {
+pub(super) fn guess(groups: &[Group], s: usize) -> Vec<i64> {
     let x = s as f64;
     let cap = |g: &Group| g.size.unwrap_or(i64::MAX);
     let mut totals: Vec<i64> = groups

@@ -1,0 +1,383 @@
+//! The blend on AVX-512, 32 pieces a thread at once: Megatron's own loop
+//! over every source, each vector lane a different piece.
+//!
+//! A position's choice is a serial chain (the next depends on this one), so
+//! one walk of the blocks waits on the latency of its comparisons, and its
+//! branches (which blocks to evaluate) mispredict. Pieces of the blend are
+//! independent once their samples taken are guessed (the `pieces` module), so
+//! here each of 32 lanes walks its own piece: at every step every source's
+//! error is computed for the 32 pieces (four vectors of eight), and each lane
+//! keeps the first largest, exactly as Megatron's loop does. That is O(K)
+//! work a position, but without a branch or a dependent load on the way, and
+//! measured at K = 128 on one core it is 5x faster than the blocks
+//! (`benches/NOTES.md`). Sources are not grouped here (the loop is
+//! Megatron's as written); the guesses and the mend still count by groups.
+
+use super::pieces::{guess, mend, Piece};
+use super::{Group, Walk};
+use epochplan_core::parallel::{for_each_piece, num_threads};
+use std::arch::x86_64::{
+    __m512d, _mm512_add_pd, _mm512_cmp_pd_mask, _mm512_cvttpd_epi64, _mm512_loadu_pd,
+    _mm512_mask_mov_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_set1_pd, _mm512_storeu_epi64,
+    _mm512_sub_pd, _CMP_EQ_OQ, _CMP_GT_OQ, _CMP_LT_OQ,
+};
+
+/// Vectors of eight lanes a thread: four, so that while one vector's
+/// samples taken are stored the others compute (measured: 1 vector 17 ns a
+/// position at K = 128, 2 vectors 14, 4 vectors 11).
+const VECTORS: usize = 4;
+/// Pieces walked at once on a thread.
+pub(super) const LANES: usize = VECTORS * 8;
+/// Independent chains of comparisons over the sources (even and odd), so
+/// that the comparisons of one wait less on the last.
+const CHAINS: usize = 2;
+/// Positions a lane walks at least: below, its piece's mend (up to about a
+/// thousand positions, walked alone) would cost more than it saved.
+const MIN_LANE: usize = 1 << 13;
+
+/// Whether the CPU has AVX-512 (F and DQ; the answer is cached by std).
+fn available() -> bool {
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
+}
+
+/// Whether a blend of `sources` in `groups` groups over `positions` is
+/// filled here: with AVX-512, from four groups (fewer are faster scanned
+/// one walk at a time), and while the sources are at most 16 a group (the
+/// lanes evaluate every source, the walks one a group).
+pub(super) fn suit(groups: usize, sources: usize, positions: usize) -> bool {
+    groups >= 4 && sources <= 16 * groups && positions >= LANES * MIN_LANE && available()
+}
+
+/// Fills both outputs: `threads * 32` pieces of equal length (give or take
+/// one), each batch of 32 on a thread, then mended in order with the walk
+/// `W`, as [`super::pieces::fill_all`] does.
+pub(super) fn fill_all<W: Walk>(
+    groups: &[Group],
+    weights: &[f64],
+    sizes: Option<&[i64]>,
+    index: &mut [i16],
+    sample: &mut [i64],
+) {
+    let positions = index.len();
+    let batches = (positions / (LANES * MIN_LANE)).clamp(1, num_threads().max(1));
+    let count = batches * LANES;
+    let (short, longer) = (positions / count, positions % count);
+    let mut pieces = Vec::with_capacity(count);
+    let (mut index, mut sample) = (index, sample);
+    let mut first = 0;
+    for j in 0..count {
+        let len = short + usize::from(j < longer);
+        let (i, rest_i) = std::mem::take(&mut index).split_at_mut(len);
+        let (s, rest_s) = std::mem::take(&mut sample).split_at_mut(len);
+        (index, sample) = (rest_i, rest_s);
+        let before = if first == 0 {
+            vec![0; groups.len()]
+        } else {
+            guess(groups, first)
+        };
+        pieces.push(Piece {
+            index: i,
+            sample: s,
+            first,
+            before,
+            after: Vec::new(),
+        });
+        first += len;
+    }
+    let table = Sources::new(groups, weights, sizes);
+    for_each_piece(&mut pieces, LANES, |_, batch| table.walk(batch, short));
+    let mut group_of = vec![0u32; weights.len()];
+    for (g, group) in groups.iter().enumerate() {
+        for &k in &group.members {
+            group_of[usize::from(k)] = g as u32;
+        }
+    }
+    let mut pieces = pieces.into_iter();
+    let Some(mut truth) = pieces.next().map(|p| p.after) else {
+        return;
+    };
+    for p in pieces {
+        truth = mend::<W>(groups, &group_of, truth, p, positions);
+    }
+}
+
+/// The sources as the lanes read them, padded with sources never taken to
+/// a multiple of [`CHAINS`].
+struct Sources<'a> {
+    groups: &'a [Group],
+    weight: Vec<f64>,
+    /// Each source's index, as a double (what a lane keeps of its best).
+    number: Vec<f64>,
+    /// Each source's samples (exhaustive), or +inf: once its samples taken
+    /// reach it, its samples taken become +inf, its error -inf.
+    limit: Vec<f64>,
+}
+
+/// Per source, per lane: the samples taken.
+type Taken = Vec<[[f64; 8]; VECTORS]>;
+
+impl<'a> Sources<'a> {
+    fn new(groups: &'a [Group], weights: &[f64], sizes: Option<&[i64]>) -> Sources<'a> {
+        let padded = weights.len().next_multiple_of(CHAINS);
+        let mut weight = weights.to_vec();
+        weight.resize(padded, 0.0);
+        let mut limit: Vec<f64> = match sizes {
+            Some(sizes) => sizes.iter().map(|&s| s as f64).collect(),
+            None => vec![f64::INFINITY; weights.len()],
+        };
+        limit.resize(padded, 0.0);
+        Sources {
+            groups,
+            weight,
+            number: (0..padded).map(|k| k as f64).collect(),
+            limit,
+        }
+    }
+
+    /// The samples taken of each source in each lane, from each piece's
+    /// samples taken a group (round robin within a group, as
+    /// [`Group::set_total`] splits them).
+    fn taken(&self, batch: &[Piece]) -> Taken {
+        let mut taken = vec![[[f64::INFINITY; 8]; VECTORS]; self.weight.len()];
+        for (lane, p) in batch.iter().enumerate() {
+            for (group, &total) in self.groups.iter().zip(&p.before) {
+                let len = group.members.len() as i64;
+                for (j, &k) in group.members.iter().enumerate() {
+                    let k = usize::from(k);
+                    let count = (total / len + i64::from((j as i64) < total % len)) as f64;
+                    taken[k][lane / 8][lane % 8] = self.after_taking(k, count);
+                }
+            }
+        }
+        taken
+    }
+
+    /// What a lane keeps of source `k` once `count` samples are taken.
+    #[inline(always)]
+    fn after_taking(&self, k: usize, count: f64) -> f64 {
+        if count == self.limit[k] {
+            f64::INFINITY
+        } else {
+            count
+        }
+    }
+
+    /// Walks the pieces of `batch` (32, each `steps` positions or one more)
+    /// from their `before`, and sets their `after`.
+    fn walk(&self, batch: &mut [Piece], steps: usize) {
+        debug_assert_eq!(batch.len(), LANES);
+        let mut taken = self.taken(batch);
+        #[allow(unsafe_code)]
+        // SAFETY: only the pieces' own outputs are written, in bounds; the
+        // caller saw the CPU has AVX-512 F and DQ.
+        unsafe {
+            self.steps(&mut taken, batch, steps);
+        }
+        for (lane, p) in batch.iter_mut().enumerate() {
+            // The one more position of the longer pieces, as Megatron's loop.
+            for t in steps..p.index.len() {
+                let x = super::x_at(p.first + t);
+                let (mut best, mut top) = (0, f64::NEG_INFINITY);
+                for (k, w) in self.weight.iter().enumerate() {
+                    let error = w * x - taken[k][lane / 8][lane % 8];
+                    if error > top {
+                        (best, top) = (k, error);
+                    }
+                }
+                let count = taken[best][lane / 8][lane % 8];
+                p.index[t] = best as i16;
+                p.sample[t] = count as i64;
+                taken[best][lane / 8][lane % 8] = self.after_taking(best, count + 1.0);
+            }
+            p.after = self
+                .groups
+                .iter()
+                .map(|group| {
+                    let count = |&k: &u16| {
+                        let k = usize::from(k);
+                        match taken[k][lane / 8][lane % 8] {
+                            c if c.is_finite() => c as i64,
+                            // Retired: all its samples taken.
+                            _ => self.limit[k] as i64,
+                        }
+                    };
+                    group.members.iter().map(count).sum()
+                })
+                .collect();
+        }
+    }
+
+    /// The first `steps` positions of every lane.
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn steps(&self, taken: &mut Taken, batch: &mut [Piece], steps: usize) {
+        let one = _mm512_set1_pd(1.0);
+        let mut position: [__m512d; VECTORS] = std::array::from_fn(|v| {
+            let firsts: [f64; 8] = std::array::from_fn(|l| batch[v * 8 + l].first as f64);
+            load(&firsts)
+        });
+        for t in 0..steps {
+            let x: [__m512d; VECTORS] = std::array::from_fn(|v| _mm512_max_pd(position[v], one));
+            let mut best = [[_mm512_set1_pd(f64::NEG_INFINITY); CHAINS]; VECTORS];
+            let mut source = [[_mm512_set1_pd(0.0); CHAINS]; VECTORS];
+            for ((w, n), rows) in self
+                .weight
+                .chunks_exact(CHAINS)
+                .zip(self.number.chunks_exact(CHAINS))
+                .zip(taken.chunks_exact(CHAINS))
+            {
+                for c in 0..CHAINS {
+                    let (w, n) = (_mm512_set1_pd(w[c]), _mm512_set1_pd(n[c]));
+                    for v in 0..VECTORS {
+                        // Megatron's rounding: the product, then the difference.
+                        let error = _mm512_sub_pd(_mm512_mul_pd(w, x[v]), load(&rows[c][v]));
+                        let above = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(error, best[v][c]);
+                        best[v][c] = _mm512_mask_mov_pd(best[v][c], above, error);
+                        source[v][c] = _mm512_mask_mov_pd(source[v][c], above, n);
+                    }
+                }
+            }
+            for v in 0..VECTORS {
+                // Each chain kept its first largest; of the chains, the
+                // largest, the lowest source on ties.
+                let (mut top, mut k) = (best[v][0], source[v][0]);
+                for c in 1..CHAINS {
+                    let above = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(best[v][c], top);
+                    let tie = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(best[v][c], top)
+                        & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(source[v][c], k);
+                    top = _mm512_mask_mov_pd(top, above | tie, best[v][c]);
+                    k = _mm512_mask_mov_pd(k, above | tie, source[v][c]);
+                }
+                let mut chosen = [0i64; 8];
+                #[allow(unsafe_code)]
+                // SAFETY: `chosen` holds eight 64-bit lanes.
+                unsafe {
+                    _mm512_storeu_epi64(chosen.as_mut_ptr(), _mm512_cvttpd_epi64(k));
+                }
+                for (l, &k) in chosen.iter().enumerate() {
+                    let k = k as usize;
+                    let p = &mut batch[v * 8 + l];
+                    let count = taken[k][v][l];
+                    p.index[t] = k as i16;
+                    p.sample[t] = count as i64;
+                    taken[k][v][l] = self.after_taking(k, count + 1.0);
+                }
+                position[v] = _mm512_add_pd(position[v], one);
+            }
+        }
+    }
+}
+
+/// Eight doubles as a vector.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load(eight: &[f64; 8]) -> __m512d {
+    #[allow(unsafe_code)]
+    // SAFETY: `eight` is 64 readable bytes; no alignment is needed.
+    unsafe {
+        _mm512_loadu_pd(eight.as_ptr())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{
+        build_blending_indices, build_exhaustive_blending_indices, groups_of,
+        reference_blending_indices, reference_exhaustive_blending_indices, Scan, Search, NARROW,
+    };
+    use super::*;
+    use epochplan_core::parallel::set_num_threads;
+    use proptest::prelude::*;
+
+    /// The outputs of the lanes at any size (the blends' entry points take
+    /// them only from `LANES * MIN_LANE` positions), mended by a scan or by
+    /// the blocks.
+    fn lanes(
+        weights: &[f64],
+        sizes: Option<&[i64]>,
+        size: usize,
+        scan: bool,
+    ) -> (Vec<i16>, Vec<i64>) {
+        let mut index = vec![0i16; size];
+        let mut sample = vec![0i64; size];
+        let groups = groups_of(weights, sizes, size);
+        if scan {
+            fill_all::<Scan>(&groups, weights, sizes, &mut index, &mut sample);
+        } else {
+            fill_all::<Search<NARROW>>(&groups, weights, sizes, &mut index, &mut sample);
+        }
+        (index, sample)
+    }
+
+    fn normalized(raw: &[f64]) -> Vec<f64> {
+        let total: f64 = raw.iter().sum();
+        raw.iter().map(|r| r / total).collect()
+    }
+
+    #[test]
+    fn the_entry_points_take_the_lanes_and_match_the_loops() {
+        if !available() {
+            return;
+        }
+        // 40 sources, 8 of them of one weight (a group taken round robin).
+        let mut raw: Vec<f64> = (0..32).map(|k| f64::from(k * k % 29 + 1)).collect();
+        raw.extend([3.0; 8]);
+        let w = normalized(&raw);
+        let size = LANES * MIN_LANE + 777;
+        assert!(suit(groups_of(&w, None, size).len(), w.len(), size));
+        let expected = reference_blending_indices(&w, size);
+        // Sizes of which some run out early, and one source a sample.
+        let sizes: Vec<i64> = (0..40).map(|k| [1, 500, 9_000, 20_000][k % 4]).collect();
+        let exhaustive = reference_exhaustive_blending_indices(&sizes);
+        let _threads = crate::test_threads_lock();
+        for threads in [1, 2, 3] {
+            set_num_threads(threads);
+            let mut index = vec![0i16; size];
+            let mut sample = vec![0i64; size];
+            build_blending_indices(&mut index, &mut sample, &w, 40, size as i64).unwrap();
+            assert!((index, sample) == expected, "{threads} threads");
+            let total = exhaustive.0.len();
+            let mut index = vec![0i16; total];
+            let mut sample = vec![0i64; total];
+            build_exhaustive_blending_indices(&mut index, &mut sample, &sizes, 40).unwrap();
+            assert!(
+                (index, sample) == exhaustive,
+                "{threads} threads, exhaustive"
+            );
+        }
+        set_num_threads(0);
+    }
+
+    proptest! {
+        #[test]
+        fn any_lanes_fill_as_the_loop(
+            raw in prop::collection::vec(0u32..1000, 1..50),
+            equal in 0usize..12,
+            size in 0usize..6000,
+            scan: bool,
+        ) {
+            if !available() {
+                return Ok(());
+            }
+            let mut raw: Vec<f64> = raw.iter().map(|&r| f64::from(r) + 0.5).collect();
+            raw.extend(std::iter::repeat_n(7.0, equal));
+            let w = normalized(&raw);
+            prop_assert_eq!(lanes(&w, None, size, scan), reference_blending_indices(&w, size));
+        }
+
+        #[test]
+        fn any_lanes_fill_the_exhaustive_loop(
+            sizes in prop::collection::vec(1i64..300, 1..40),
+            scan: bool,
+        ) {
+            if !available() {
+                return Ok(());
+            }
+            let total: i64 = sizes.iter().sum();
+            let w: Vec<f64> = sizes.iter().map(|&s| s as f64 / total as f64).collect();
+            prop_assert_eq!(
+                lanes(&w, Some(&sizes), total as usize, scan),
+                reference_exhaustive_blending_indices(&sizes)
+            );
+        }
+    }
+}
