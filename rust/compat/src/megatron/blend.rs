@@ -24,6 +24,9 @@
 //!   reaches the best error found: typically one or two blocks of a hundred.
 //! - The positions are filled in pieces, one a thread, each from a guess of
 //!   the samples taken before it, then mended in order (the `pieces` module).
+//! - Where the CPU has AVX-512, 32 pieces a thread are walked at once, each in
+//!   a vector lane, by Megatron's own loop over every source (the `lanes`
+//!   module): from 4 groups up to 4,096 sources, faster than all of the above.
 
 use epochplan_core::{Error, Result};
 
