@@ -26,7 +26,9 @@
 //!   the samples taken before it, then mended in order (the `pieces` module).
 //! - Where the CPU has AVX-512, 32 pieces a thread are walked at once, each in
 //!   a vector lane, by Megatron's own loop over every source (the `lanes`
-//!   module): from 4 groups up to 4,096 sources, faster than all of the above.
+//!   module), for blends filled in pieces from 2^18 positions, of 4 groups
+//!   or more, up to 4,096 sources and 16 times the groups (where measured
+//!   faster than the above).
 
 use epochplan_core::{Error, Result};
 

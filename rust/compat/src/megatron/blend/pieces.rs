@@ -190,8 +190,8 @@ pub(super) fn guess(groups: &[Group], s: usize) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::super::{
-        build_blending_indices, groups_of, reference_blending_indices,
-        reference_exhaustive_blending_indices, Scan, Search, NARROW, WIDE,
+        groups_of, reference_blending_indices, reference_exhaustive_blending_indices, Scan, Search,
+        NARROW, WIDE,
     };
     use super::*;
     use epochplan_core::parallel::set_num_threads;
@@ -254,18 +254,20 @@ mod tests {
 
     #[test]
     fn many_threads_fill_as_one() {
-        // Pieces of their full length (a million positions and more).
+        // Pieces of their full length (a million positions and more), one a
+        // thread (the entry point takes the lanes where the CPU has AVX-512).
         let raw: Vec<f64> = (0..24).map(|k| f64::from(k * k % 17 + 1)).collect();
         let total: f64 = raw.iter().sum();
         let w: Vec<f64> = raw.iter().map(|r| r / total).collect();
         let size = 3 * MIN_PIECE + 12_345;
         let expected = reference_blending_indices(&w, size);
+        let groups = groups_of(&w, None, size);
         let _threads = crate::test_threads_lock();
         for threads in [1, 2, 3] {
             set_num_threads(threads);
             let mut index = vec![0i16; size];
             let mut sample = vec![0i64; size];
-            build_blending_indices(&mut index, &mut sample, &w, 24, size as i64).unwrap();
+            fill_all::<Search<NARROW>>(&groups, &mut index, &mut sample, length(size));
             assert!((index, sample) == expected, "{threads} threads");
         }
         set_num_threads(0);
