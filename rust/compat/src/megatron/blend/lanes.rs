@@ -10,8 +10,7 @@
 //! keeps the first largest, exactly as Megatron's loop does. That is O(K)
 //! work a position, but no branch among the sources, and four vectors of
 //! independent work while each step's samples taken are stored; measured at
-//! K = 128 on one core, 11.4 ns a position against the blocks' 57
-//! (`benches/NOTES.md`). Sources are not grouped here (the loop is
+//! K = 128 on one core, five times faster than the blocks (`benches/NOTES.md`). Sources are not grouped here (the loop is
 //! Megatron's as written); the guesses and the mend still count by groups.
 //! Without AVX-512 (the tests on such a machine) each lane is walked by the
 //! same loop in scalar code.
@@ -26,13 +25,14 @@ use std::arch::x86_64::{
 };
 
 /// Vectors of eight lanes a thread: four, so that while one vector's
-/// samples taken are stored the others compute (measured: 1 vector 17 ns a
-/// position at K = 128, 2 vectors 14, 4 vectors 11).
+/// samples taken are stored the others compute (measured faster than one,
+/// two or three in `benches/NOTES.md`).
 const VECTORS: usize = 4;
 /// Pieces walked at once on a thread.
 pub(super) const LANES: usize = VECTORS * 8;
 /// Independent chains of comparisons over the sources (even and odd), so
-/// that the comparisons of one wait less on the last.
+/// that the comparisons of one wait less on the last (measured faster than
+/// one or four).
 const CHAINS: usize = 2;
 /// Positions a lane walks at least: below, its piece's mend (up to about a
 /// thousand positions, walked alone) would cost more than it saved.
@@ -44,8 +44,8 @@ fn available() -> bool {
 }
 
 /// The most sources the lanes take: their work grows with the sources, the
-/// blocks' more slowly (one thread, a position: 109 ns against 203 at 2,000
-/// sources, 287 against 350 at 4,000).
+/// blocks' more slowly (measured: the lanes still faster at 4,000 sources,
+/// by less than a quarter; `benches/NOTES.md`).
 const MAX_SOURCES: usize = 4096;
 
 /// Whether a blend (to be filled in pieces: its weights sum to one) of
