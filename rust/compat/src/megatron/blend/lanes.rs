@@ -15,7 +15,7 @@
 //! Without AVX-512 (the tests on such a machine) each lane is walked by the
 //! same loop in scalar code.
 
-use super::pieces::{guess, mend, Piece};
+use super::pieces::{guess, mend_all, Piece};
 use super::{Group, Walk};
 use epochplan_core::parallel::{for_each_piece, num_threads};
 use std::arch::x86_64::{
@@ -102,19 +102,7 @@ pub(super) fn fill_all<W: Walk>(
     }
     let table = Sources::new(groups, weights, sizes);
     for_each_piece(&mut pieces, LANES, |_, batch| table.walk(batch, short));
-    let mut group_of = vec![0u32; weights.len()];
-    for (g, group) in groups.iter().enumerate() {
-        for &k in &group.members {
-            group_of[usize::from(k)] = g as u32;
-        }
-    }
-    let mut pieces = pieces.into_iter();
-    let Some(mut truth) = pieces.next().map(|p| p.after) else {
-        return;
-    };
-    for p in pieces {
-        truth = mend::<W>(groups, &group_of, truth, p, positions);
-    }
+    mend_all::<W>(groups, pieces, positions);
 }
 
 /// The sources as the lanes read them, padded with sources never taken to

@@ -74,6 +74,12 @@ pub(super) fn fill_all<W: Walk>(
             p.after = search.totals();
         }
     });
+    mend_all::<W>(groups, pieces, positions);
+}
+
+/// Mends filled `pieces` (in order, from position 0, of `positions` in
+/// all) one after the other, each from the samples truly taken before it.
+pub(super) fn mend_all<W: Walk>(groups: &[Group], pieces: Vec<Piece>, positions: usize) {
     let mut group_of = vec![0u32; groups.iter().map(|g| g.members.len()).sum()];
     for (g, group) in groups.iter().enumerate() {
         for &k in &group.members {
@@ -92,7 +98,7 @@ pub(super) fn fill_all<W: Walk>(
 /// Rewrites piece `p`'s positions with the rule walked from `truth` (the
 /// samples truly taken before it) until that walk and the piece's own have
 /// taken the same samples; returns the samples truly taken after the piece.
-pub(super) fn mend<W: Walk>(
+fn mend<W: Walk>(
     groups: &[Group],
     group_of: &[u32],
     mut truth: Vec<i64>,
